@@ -1,0 +1,46 @@
+# The two commands a newcomer needs: `make serve` and `make test` (see README.md).
+# Both create .venv on first use and reinstall when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+PYTEST_ARGS ?=
+
+.PHONY: serve test test-slow lint fixtures schemas clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev,export]'
+	touch $@ $(STAMP_RUN)
+
+# Until the planning service lands (issue 7), the main job is the end-to-end example: load and
+# summarize every fixture training graph.
+serve: $(STAMP_RUN)
+	@for model in tests/fixtures/*.onnx; do $(BIN)/arenaplan inspect "$$model" || exit 1; done
+
+test: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-slow: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no slow tests yet
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check .
+
+fixtures: $(STAMP_DEV)
+	$(BIN)/python tests/fixtures/generate.py
+
+schemas: $(STAMP_RUN)
+	$(BIN)/python -m schemas.generate
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,36 @@
+"""Parsers for option values several commands share (dims, byte sizes)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+_UNITS = {
+    "": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
+    "gb": 1000**3, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+
+
+def parse_dim(text: str) -> tuple[str, int]:
+    """`batch=32` -> ("batch", 32), for --dim."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.strip().isdigit() or int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"expected NAME=POSITIVE_INT (e.g. batch=32), got {text!r}")
+    return name.strip(), int(value)
+
+
+def parse_bytes(text: str) -> int:
+    """`512MiB`, `2GB`, `1048576` -> bytes; binary (KiB) and decimal (KB) units."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as 512MiB, 2GiB, 1.5GB or 1048576, got {text!r}"
+        )
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def add_dims_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dim", dest="dims", action="append", type=parse_dim, default=[], metavar="NAME=N",
+        help="bind a symbolic dimension of the model, e.g. --dim batch=32 (repeatable)",
+    )

@@ -1,0 +1,282 @@
+"""Turn untrusted bytes into a checked, fully shaped ONNX ModelProto, or a typed error.
+
+Every refusal names what to change. The order of the checks matters: cheap structural checks that
+give precise messages (versions, external data, control flow, cycles) run before the generic ONNX
+checker, whose messages are harder to act on. Nothing here ever reads a file the model points to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import ModelProto, TensorProto
+
+from planner.errors import (
+    ExternalDataError,
+    GraphCycleError,
+    ModelCheckError,
+    NotOnnxError,
+    UnknownShapeError,
+    UnsupportedOperatorError,
+    UnsupportedVersionError,
+)
+
+# IR versions onnxruntime 1.31 loads (13 is its newest; below 4 initializers had to be inputs).
+SUPPORTED_IR_VERSIONS = range(4, 14)
+# Default-domain opsets: 13 is where the training ops we rely on (ReduceSum with axes as input,
+# Split with sizes as input) took their current form; 25 is the newest onnxruntime 1.31 runs.
+SUPPORTED_OPSETS = range(13, 26)
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# Operators whose bodies are subgraphs: their memory and time depend on data, so no static plan.
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model that passed every check, with its shapes inferred and symbolic dims bound."""
+
+    proto: ModelProto
+    sha256: str
+    opset: int
+
+
+def read_model_bytes(source: str | Path | bytes) -> bytes:
+    """Bytes of a model given as bytes or a path; a missing file is a clear error."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        return bytes(source)
+    path = Path(source)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise NotOnnxError(f"model file not found: {path}") from None
+    except IsADirectoryError:
+        raise NotOnnxError(f"model path is a directory, not an ONNX file: {path}") from None
+
+
+def load_checked_model(data: bytes, dims: Mapping[str, int] | None = None) -> LoadedModel:
+    """Parse, validate and shape-infer a model; bind symbolic dimensions from `dims`.
+
+    Raises the specific `planner.errors` type for each way a model can be unusable.
+    """
+    proto = _parse(data)
+    opset = _check_versions(proto)
+    _refuse_external_data(proto)
+    _refuse_unsupported_ops(proto)
+    proto = _inline_functions(proto)
+    _sort_topologically_or_refuse_cycles(proto.graph)
+    _run_checker(proto)
+    _bind_dims(proto, dict(dims or {}))
+    proto = _infer_shapes(proto)
+    return LoadedModel(proto=proto, sha256=hashlib.sha256(data).hexdigest(), opset=opset)
+
+
+def _parse(data: bytes) -> ModelProto:
+    if not data:
+        raise NotOnnxError("the model is empty (0 bytes); send an .onnx file")
+    proto = ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise NotOnnxError(f"these bytes are not an ONNX model (protobuf: {exc})") from None
+    # Protobuf accepts many random byte strings as a message of unknown fields; a real model
+    # always has an IR version and a graph with at least one output.
+    if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.graph.output:
+        raise NotOnnxError(
+            "these bytes are not an ONNX model (no IR version or no graph outputs); "
+            "export the model with torch.onnx.export or onnx.save"
+        )
+    return proto
+
+
+def _check_versions(proto: ModelProto) -> int:
+    if proto.ir_version not in SUPPORTED_IR_VERSIONS:
+        raise UnsupportedVersionError(
+            f"ONNX IR version {proto.ir_version} is not supported; supported: "
+            f"{SUPPORTED_IR_VERSIONS.start}..{SUPPORTED_IR_VERSIONS.stop - 1} "
+            "(save with onnx.helper.make_model(..., ir_version=10))"
+        )
+    opsets = {imp.domain: imp.version for imp in proto.opset_import}
+    default = [opsets[d] for d in DEFAULT_DOMAINS if d in opsets]
+    if not default:
+        raise UnsupportedVersionError("the model imports no default-domain ('ai.onnx') opset")
+    opset = default[0]
+    if opset not in SUPPORTED_OPSETS:
+        raise UnsupportedVersionError(
+            f"ai.onnx opset {opset} is not supported; supported: "
+            f"{SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1} "
+            "(convert with onnx.version_converter.convert_version)"
+        )
+    return opset
+
+
+def _is_external(tensor: TensorProto) -> bool:
+    return tensor.data_location == TensorProto.EXTERNAL or len(tensor.external_data) > 0
+
+
+def _refuse_external_data(proto: ModelProto) -> None:
+    for init in proto.graph.initializer:
+        if _is_external(init):
+            raise ExternalDataError(
+                f"initializer '{init.name}' keeps its data in an external file; the planner "
+                "never reads files a model points to: save the model with all data inside "
+                "(onnx.save(model, path, save_as_external_data=False))"
+            )
+    for node in proto.graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR and _is_external(attr.t):
+                raise ExternalDataError(
+                    f"node '{node.name or node.op_type}' has a tensor attribute '{attr.name}' "
+                    "stored in an external file; embed the data in the model"
+                )
+
+
+def _refuse_unsupported_ops(proto: ModelProto) -> None:
+    local_functions = {(f.domain, f.name) for f in proto.functions}
+    for index, node in enumerate(proto.graph.node):
+        label = node.name or f"#{index}"
+        if node.op_type in CONTROL_FLOW_OPS or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for a in node.attribute
+        ):
+            raise UnsupportedOperatorError(
+                f"node {label} is a control-flow op ({node.op_type}); control flow is not "
+                "supported yet: export the training step with loops unrolled"
+            )
+        if node.domain not in DEFAULT_DOMAINS and (node.domain, node.op_type) not in (
+            local_functions
+        ):
+            raise UnsupportedOperatorError(
+                f"node {label} uses op {node.op_type} from domain '{node.domain}'; only standard "
+                "ONNX ops (ai.onnx) are supported, so that plain onnxruntime can run every step"
+            )
+
+
+def _inline_functions(proto: ModelProto) -> ModelProto:
+    """Replace calls to model-local functions by their bodies so the IR sees real ops only."""
+    if not proto.functions:
+        return proto
+    from onnx import inliner
+
+    inlined = inliner.inline_local_functions(proto)
+    _refuse_unsupported_ops(inlined)
+    return inlined
+
+
+def _sort_topologically_or_refuse_cycles(graph: onnx.GraphProto) -> None:
+    """Put nodes in a topological order (stable: file order wins ties) or name a cycle.
+
+    ONNX requires sorted nodes, but some writers emit acyclic graphs out of order; those are
+    fine to plan. A real cycle has no execution order at all.
+    """
+    nodes = list(graph.node)
+    producer: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        for name in node.output:
+            if name:
+                producer[name] = index
+    deps = [
+        sorted({producer[n] for n in node.input if n in producer and producer[n] != i})
+        for i, node in enumerate(nodes)
+    ]
+    self_loops = [i for i, node in enumerate(nodes) if any(producer.get(n) == i for n in node.input)]
+    if self_loops:
+        raise GraphCycleError(
+            f"the graph has a cycle: node {_node_label(nodes, self_loops[0])} reads its own output"
+        )
+    consumers: list[list[int]] = [[] for _ in nodes]
+    indegree = [len(d) for d in deps]
+    for i, d in enumerate(deps):
+        for p in d:
+            consumers[p].append(i)
+    ready = [i for i, deg in enumerate(indegree) if deg == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for c in consumers[i]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                heapq.heappush(ready, c)
+    if len(order) < len(nodes):
+        stuck = [i for i in range(len(nodes)) if indegree[i] > 0]
+        cycle = _find_cycle(stuck, deps, set(stuck))
+        names = " -> ".join(_node_label(nodes, i) for i in cycle)
+        raise GraphCycleError(f"the graph has a cycle: {names}; a training step must be a DAG")
+    if order != list(range(len(nodes))):
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+
+
+def _find_cycle(candidates: list[int], deps: list[list[int]], stuck: set[int]) -> list[int]:
+    """Walk dependencies inside the stuck set until a node repeats; return that loop."""
+    seen: dict[int, int] = {}
+    path: list[int] = []
+    node = candidates[0]
+    while node not in seen:
+        seen[node] = len(path)
+        path.append(node)
+        node = next(p for p in deps[node] if p in stuck)
+    loop = path[seen[node]:]
+    return list(reversed(loop)) + [loop[-1]]
+
+
+def _node_label(nodes: list[onnx.NodeProto], index: int) -> str:
+    node = nodes[index]
+    return f"'{node.name}' ({node.op_type})" if node.name else f"#{index} ({node.op_type})"
+
+
+def _run_checker(proto: ModelProto) -> None:
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise ModelCheckError(f"the model fails the ONNX checker: {first_line}") from None
+
+
+def _symbolic_dims(proto: ModelProto) -> set[str]:
+    names: set[str] = set()
+    for value in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        if value.type.HasField("tensor_type"):
+            for dim in value.type.tensor_type.shape.dim:
+                if dim.HasField("dim_param"):
+                    names.add(dim.dim_param)
+    return names
+
+
+def _bind_dims(proto: ModelProto, dims: dict[str, int]) -> None:
+    """Replace symbolic dimensions named in `dims` by their values everywhere they appear."""
+    if not dims:
+        return
+    known = _symbolic_dims(proto)
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        raise UnknownShapeError(
+            f"dims names {', '.join(repr(u) for u in unknown)}, which the model does not have; "
+            f"its symbolic dims are: {', '.join(sorted(known)) or 'none'}"
+        )
+    for name, value in dims.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise UnknownShapeError(f"dim '{name}' must be a positive integer, got {value!r}")
+    for value_info in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        if not value_info.type.HasField("tensor_type"):
+            continue
+        for dim in value_info.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in dims:
+                dim.dim_value = dims[dim.dim_param]
+
+
+def _infer_shapes(proto: ModelProto) -> ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(
+            proto, check_type=True, strict_mode=True, data_prop=True
+        )
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise ModelCheckError(f"strict ONNX shape inference failed: {message}") from None

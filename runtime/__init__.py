@@ -1,0 +1,1 @@
+"""Executes plans against fixed, preallocated arenas with ONNX Runtime; no solver code here."""

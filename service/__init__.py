@@ -1,0 +1,1 @@
+"""The planning web service (FastAPI): thin, it calls the planner and stores results."""

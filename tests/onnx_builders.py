@@ -1,0 +1,54 @@
+"""Small hand-built ONNX models for tests of the loader and the role analysis.
+
+`tiny_momentum_step()` is a complete training step written out by hand (linear model, MSE loss,
+SGD with momentum), so the expected role of every tensor is known exactly.
+"""
+
+from __future__ import annotations
+
+from onnx import ModelProto, TensorProto, helper
+
+F = TensorProto.FLOAT
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, ir_version=10) -> ModelProto:
+    graph = helper.make_graph(list(nodes), "test", list(inputs), list(outputs), list(initializers))
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version
+    )
+
+
+def value(name: str, shape, elem_type=F):
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def scalar(name: str, x: float):
+    return helper.make_tensor(name, F, [], [x])
+
+
+def tiny_momentum_step(batch="batch") -> ModelProto:
+    """loss = mean((x@W - t)^2); m' = 0.9 m + dL/dW; W' = W - 0.1 m'."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["y"]),
+        helper.make_node("Sub", ["y", "t"], ["d"]),
+        helper.make_node("Mul", ["d", "d"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0),
+        helper.make_node("Mul", ["d", "two_over_n"], ["dy"]),
+        helper.make_node("Transpose", ["x"], ["xT"]),
+        helper.make_node("MatMul", ["xT", "dy"], ["gW"]),
+        helper.make_node("Mul", ["m", "mom"], ["mm"]),
+        helper.make_node("Add", ["mm", "gW"], ["m_new"]),
+        helper.make_node("Mul", ["m_new", "lr"], ["delta"]),
+        helper.make_node("Sub", ["W", "delta"], ["W_new"]),
+    ]
+    return make_model(
+        nodes,
+        [value("x", [batch, 3]), value("t", [batch, 4]), value("W", [3, 4]), value("m", [3, 4])],
+        [value("loss", []), value("W_new", [3, 4]), value("m_new", [3, 4])],
+        [scalar("two_over_n", 0.25), scalar("mom", 0.9), scalar("lr", 0.1)],
+    )
+
+
+def relu_chain(n: int = 2) -> ModelProto:
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(n)]
+    return make_model(nodes, [value("t0", [2, 2])], [value(f"t{n}", [2, 2])])
