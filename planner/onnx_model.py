@@ -184,7 +184,9 @@ def _sort_topologically_or_refuse_cycles(graph: onnx.GraphProto) -> None:
         sorted({producer[n] for n in node.input if n in producer and producer[n] != i})
         for i, node in enumerate(nodes)
     ]
-    self_loops = [i for i, node in enumerate(nodes) if any(producer.get(n) == i for n in node.input)]
+    self_loops = [
+        i for i, node in enumerate(nodes) if any(producer.get(n) == i for n in node.input)
+    ]
     if self_loops:
         raise GraphCycleError(
             f"the graph has a cycle: node {_node_label(nodes, self_loops[0])} reads its own output"

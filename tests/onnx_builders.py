@@ -52,3 +52,41 @@ def tiny_momentum_step(batch="batch") -> ModelProto:
 def relu_chain(n: int = 2) -> ModelProto:
     nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(n)]
     return make_model(nodes, [value("t0", [2, 2])], [value(f"t{n}", [2, 2])])
+
+
+def random_dag(seed: int, n_ops: int = 7, rows=(1, 9)) -> ModelProto:
+    """A random DAG of Relu / Concat / Add ops over [k, 4] float tensors of varied sizes.
+
+    Tensors of many sizes and fan-outs make ordering matter, and small graphs can be solved by
+    enumerating every topological order.
+    """
+    import random
+
+    rng = random.Random(seed)
+    sources = rng.randint(1, 2)
+    shapes = {f"in{i}": rng.randint(*rows) for i in range(sources)}
+    inputs = [value(name, [k, 4]) for name, k in shapes.items()]
+    nodes, names = [], list(shapes)
+    for i in range(n_ops):
+        out = f"v{i}"
+        kind = rng.choice(["Relu", "Concat", "Add"])
+        if kind == "Concat":
+            picked = rng.sample(names, min(len(names), rng.randint(1, 3)))
+            nodes.append(helper.make_node("Concat", picked, [out], axis=0))
+            shapes[out] = sum(shapes[p] for p in picked)
+        elif kind == "Add" and any(
+            shapes[a] == shapes[b] for a in names for b in names if a != b
+        ):
+            a, b = rng.choice(
+                [(a, b) for a in names for b in names if a != b and shapes[a] == shapes[b]]
+            )
+            nodes.append(helper.make_node("Add", [a, b], [out]))
+            shapes[out] = shapes[a]
+        else:
+            picked = rng.choice(names)
+            nodes.append(helper.make_node("Relu", [picked], [out]))
+            shapes[out] = shapes[picked]
+        names.append(out)
+    consumed = {i for n in nodes for i in n.input}
+    outputs = [value(n, [shapes[n], 4]) for n in names if n not in consumed]
+    return make_model(nodes, inputs, outputs)

@@ -15,7 +15,9 @@ def parse_dim(text: str) -> tuple[str, int]:
     """`batch=32` -> ("batch", 32), for --dim."""
     name, sep, value = text.partition("=")
     if not sep or not name or not value.strip().isdigit() or int(value) <= 0:
-        raise argparse.ArgumentTypeError(f"expected NAME=POSITIVE_INT (e.g. batch=32), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=POSITIVE_INT (e.g. batch=32), got {text!r}"
+        )
     return name.strip(), int(value)
 
 

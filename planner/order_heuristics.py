@@ -1,0 +1,119 @@
+"""Fast operator orders: the file order and a memory-aware list scheduler.
+
+They are the fallback when the exact ordering model times out, and the baseline it is measured
+against (the file order is what ONNX Runtime executes).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from planner.graph import Graph
+
+
+def file_order(graph: Graph) -> list[int]:
+    return [op.id for op in graph.ops]
+
+
+def memory_greedy_order(graph: Graph) -> list[int]:
+    """List scheduling: among ready ops, run the one that grows live bytes least.
+
+    An op's growth is the bytes it allocates minus the bytes of inputs it is the last reader
+    of (graph outputs never count as freed). Ties go to the earlier op in the file. Weight
+    updates free their gradient and so are picked as soon as they are ready, which is OLLA's
+    "early weight update" for free.
+    """
+    tensors = graph.tensors
+    remaining_readers = [len(t.consumers) for t in tensors]
+    missing_inputs = [0] * len(graph.ops)
+    for op in graph.ops:
+        missing_inputs[op.id] = sum(1 for t in op.input_ids if tensors[t].producer is not None)
+
+    def growth(op_id: int) -> int:
+        op = graph.ops[op_id]
+        allocated = sum(tensors[t].nbytes for t in op.output_ids)
+        freed = sum(
+            tensors[t].nbytes
+            for t in op.input_ids
+            if remaining_readers[t] == 1 and not tensors[t].is_graph_output
+            and not tensors[t].is_initializer
+        )
+        return allocated - freed
+
+    ready = {op.id for op in graph.ops if missing_inputs[op.id] == 0}
+    order: list[int] = []
+    while ready:
+        chosen = min(ready, key=lambda o: (growth(o), o))
+        ready.remove(chosen)
+        order.append(chosen)
+        op = graph.ops[chosen]
+        for t in op.input_ids:
+            remaining_readers[t] -= 1
+        for t in op.output_ids:
+            for consumer in tensors[t].consumers:
+                missing_inputs[consumer] -= 1
+                if missing_inputs[consumer] == 0:
+                    ready.add(consumer)
+    return order
+
+
+def levelize(graph: Graph, extra_edges: dict[int, list[int]] | None = None
+             ) -> tuple[list[int], list[int]]:
+    """ASAP and ALAP levels of every op (longest paths from the sources / to the sinks).
+
+    `extra_edges` adds control edges (op -> ops that must run after it).
+    """
+    successors = successor_lists(graph, extra_edges)
+    n = len(graph.ops)
+    topo = _topological(successors)
+    asap = [0] * n
+    for v in topo:
+        for w in successors[v]:
+            asap[w] = max(asap[w], asap[v] + 1)
+    depth = max(asap, default=-1) + 1
+    to_sink = [0] * n
+    for v in reversed(topo):
+        for w in successors[v]:
+            to_sink[v] = max(to_sink[v], to_sink[w] + 1)
+    alap = [depth - 1 - d for d in to_sink]
+    return asap, alap
+
+
+def _topological(successors: list[list[int]]) -> list[int]:
+    indegree = [0] * len(successors)
+    for ws in successors:
+        for w in ws:
+            indegree[w] += 1
+    stack = [v for v in range(len(successors)) if indegree[v] == 0]
+    order = []
+    while stack:
+        v = stack.pop()
+        order.append(v)
+        for w in successors[v]:
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                stack.append(w)
+    if len(order) != len(successors):
+        raise ValueError("control edges created a cycle")
+    return order
+
+
+def successor_lists(graph: Graph, extra_edges: dict[int, list[int]] | None = None
+                    ) -> list[list[int]]:
+    successors: list[set[int]] = [set() for _ in graph.ops]
+    for op in graph.ops:
+        for t in op.output_ids:
+            successors[op.id].update(graph.tensors[t].consumers)
+    for v, ws in (extra_edges or {}).items():
+        successors[v].update(ws)
+    return [sorted(s) for s in successors]
+
+
+def order_by_levels(graph: Graph, level_of: list[int]) -> list[int]:
+    """Sequential order from a level per op: by level, ties in file order.
+
+    Ops sharing a level never depend on each other, so any order inside a level is valid.
+    """
+    heap = [(level_of[op.id], op.id) for op in graph.ops]
+    heapq.heapify(heap)
+    return [heapq.heappop(heap)[1] for _ in range(len(heap))]
