@@ -19,7 +19,9 @@ Variables, per the paper:
 Constraints: eq. 1 (create or preserve, not both), eq. 2 (preserve only what existed), eq. 3
 (create once), eq. 4 (inputs resident when an op runs), eq. 13 (bytes at each step <= peak),
 objective eq. 14 (minimize peak). Graph inputs exist before step 0; graph outputs must survive
-to the last step; constants are a fixed baseline. A known-good order can be given as a hint.
+to the last step; constants and persistent state (planner.state_updates) are a fixed baseline;
+updated state written in place costs no bytes, and its "read before update" edges, like OLLA's
+control edges, are precedence constraints. A known-good order can be given as a hint.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ortools.sat.python import cp_model
 
 from planner.graph import Graph
 from planner.order_heuristics import levelize, order_by_levels, successor_lists
+from planner.state_updates import state_updates
 
 STATUS_NAMES = {
     cp_model.OPTIMAL: "OPTIMAL",
@@ -90,10 +93,12 @@ def solve_lifetimes(
     seed: int = 0,
 ) -> LifetimeSolution:
     started = time.perf_counter()
+    updates = state_updates(graph)
+    edges = merge_edges(control_edges, updates.edges)
     if time_model == "levels":
-        asap, alap = levelize(graph, control_edges)
+        asap, alap = levelize(graph, edges)
     elif time_model == "sequential":
-        asap, alap = sequential_spans(graph, control_edges)
+        asap, alap = sequential_spans(graph, edges)
     else:
         raise ValueError(f"unknown time model {time_model!r}")
     depth = max(alap, default=-1) + 1
@@ -108,16 +113,19 @@ def solve_lifetimes(
     if time_model == "sequential":
         for t in range(depth):
             model.AddExactlyOne(c[t] for c in create.values() if t in c)
+    _add_edges(model, create, edges)
 
     level_terms: list[list[tuple[int, cp_model.IntVar | int]]] = [[] for _ in range(depth)]
     constant_bytes = 0
     preserves = {}
     for tensor in graph.tensors:
-        if tensor.is_initializer:
-            constant_bytes += tensor.nbytes
+        if tensor.is_initializer or tensor.id in updates.persistent:
+            constant_bytes += tensor.nbytes  # resident for the whole step
             continue
         preserve = _preserve_vars(model, tensor, create, asap, alap, depth)
         preserves[tensor.id] = preserve
+        if tensor.id in updates.in_place:
+            continue  # written over its state's storage: orders it, costs no bytes
         if tensor.producer is not None:
             for t, c in create[tensor.producer].items():
                 level_terms[t].append((tensor.nbytes, c))
@@ -154,6 +162,24 @@ def solve_lifetimes(
         variables=variables,
         time_model=time_model,
     )
+
+
+def merge_edges(*edge_maps: dict[int, list[int]] | None) -> dict[int, list[int]]:
+    merged: dict[int, list[int]] = {}
+    for edges in edge_maps:
+        for v, ws in (edges or {}).items():
+            merged.setdefault(v, []).extend(w for w in ws if w not in merged[v])
+    return merged
+
+
+def _add_edges(model, create, edges) -> None:
+    """Precedence edges without a tensor (control / read-before-update): step(v) < step(w)."""
+    step = {
+        v: sum(t * c for t, c in by_step.items()) for v, by_step in create.items()
+    }
+    for v, ws in edges.items():
+        for w in ws:
+            model.Add(step[v] + 1 <= step[w])
 
 
 def _add_hint(model, graph, order, create, preserves) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 
 from planner.graph import Graph
+from planner.state_updates import state_updates
 
 
 def file_order(graph: Graph) -> list[int]:
@@ -19,28 +20,37 @@ def memory_greedy_order(graph: Graph) -> list[int]:
     """List scheduling: among ready ops, run the one that grows live bytes least.
 
     An op's growth is the bytes it allocates minus the bytes of inputs it is the last reader
-    of (graph outputs never count as freed). Ties go to the earlier op in the file. Weight
-    updates free their gradient and so are picked as soon as they are ready, which is OLLA's
-    "early weight update" for free.
+    of. Graph outputs, constants and persistent state are never freed, and a state update
+    written in place allocates nothing. Ties go to the earlier op in the file. Weight updates
+    free their gradient and so run as soon as they are ready (OLLA's "early weight update"),
+    but only after every other reader of the old state (planner.state_updates' edges).
     """
     tensors = graph.tensors
+    updates = state_updates(graph)
+    never_freed = updates.persistent | {t.id for t in tensors if t.is_initializer or t.is_graph_output}
     remaining_readers = [len(t.consumers) for t in tensors]
-    missing_inputs = [0] * len(graph.ops)
+    waiting_for = [0] * len(graph.ops)
+    successors: list[list[int]] = [[] for _ in graph.ops]
+    for v, ws in updates.edges.items():
+        for w in ws:
+            successors[v].append(w)
+            waiting_for[w] += 1
     for op in graph.ops:
-        missing_inputs[op.id] = sum(1 for t in op.input_ids if tensors[t].producer is not None)
+        for t in op.input_ids:
+            if tensors[t].producer is not None:
+                waiting_for[op.id] += 1
 
     def growth(op_id: int) -> int:
         op = graph.ops[op_id]
-        allocated = sum(tensors[t].nbytes for t in op.output_ids)
+        allocated = sum(tensors[t].nbytes for t in op.output_ids if t not in updates.in_place)
         freed = sum(
             tensors[t].nbytes
             for t in op.input_ids
-            if remaining_readers[t] == 1 and not tensors[t].is_graph_output
-            and not tensors[t].is_initializer
+            if remaining_readers[t] == 1 and t not in never_freed
         )
         return allocated - freed
 
-    ready = {op.id for op in graph.ops if missing_inputs[op.id] == 0}
+    ready = {op.id for op in graph.ops if waiting_for[op.id] == 0}
     order: list[int] = []
     while ready:
         chosen = min(ready, key=lambda o: (growth(o), o))
@@ -49,11 +59,11 @@ def memory_greedy_order(graph: Graph) -> list[int]:
         op = graph.ops[chosen]
         for t in op.input_ids:
             remaining_readers[t] -= 1
-        for t in op.output_ids:
-            for consumer in tensors[t].consumers:
-                missing_inputs[consumer] -= 1
-                if missing_inputs[consumer] == 0:
-                    ready.add(consumer)
+        released = [c for t in op.output_ids for c in tensors[t].consumers] + successors[chosen]
+        for follower in released:
+            waiting_for[follower] -= 1
+            if waiting_for[follower] == 0:
+                ready.add(follower)
     return order
 
 

@@ -5,7 +5,8 @@ derived from the dataflow alone.
 
 - Loss: the scalar float graph output with the most ancestors (the forward pass funnels into it).
 - Forward region: the ops the loss depends on.
-- Updated state: an output that replaces an input. Candidates are (input, output) pairs of equal
+- Updated state (training graphs only, i.e. with a loss): an output that replaces an input.
+  Candidates are (input, output) pairs of equal
   shape where the input reaches the output through a chain of equal-shape elementwise ops
   ("lane"); pairs are matched greedily, shortest chain first (p_new = p - lr*g puts p one hop
   from p_new, while the momentum or Adam moments of p sit further away).
@@ -63,7 +64,9 @@ class Analysis:
 def analyze(s: Structure) -> Analysis:
     loss = find_loss(s)
     forward = ancestor_ops(s, loss) if loss is not None else set()
-    updates = match_updates(s, exclude={loss} if loss is not None else set())
+    # Without a loss this is not a training step: an input that reaches an output of the same
+    # shape through elementwise ops (x -> Relu -> y) is data, not state.
+    updates = match_updates(s, exclude={loss}) if loss is not None else {}
     tail = optimizer_tail(s, forward, set(updates.values()))
     if loss is None:  # no loss, no backward pass: everything but a state update is forward
         forward = set(range(len(s.op_types))) - tail

@@ -26,8 +26,12 @@ def scalar(name: str, x: float):
     return helper.make_tensor(name, F, [], [x])
 
 
-def tiny_momentum_step(batch="batch") -> ModelProto:
-    """loss = mean((x@W - t)^2); m' = 0.9 m + dL/dW; W' = W - 0.1 m'."""
+def tiny_momentum_step(batch="batch", late_reader_of_w: bool = False) -> ModelProto:
+    """loss = mean((x@W - t)^2); m' = 0.9 m + dL/dW; W' = W - 0.1 m'.
+
+    `late_reader_of_w` appends an op reading the old W after the update in file order (its
+    result `W_probe` is an extra output), which blocks the in-place update in that order.
+    """
     nodes = [
         helper.make_node("MatMul", ["x", "W"], ["y"]),
         helper.make_node("Sub", ["y", "t"], ["d"]),
@@ -41,10 +45,14 @@ def tiny_momentum_step(batch="batch") -> ModelProto:
         helper.make_node("Mul", ["m_new", "lr"], ["delta"]),
         helper.make_node("Sub", ["W", "delta"], ["W_new"]),
     ]
+    outputs = [value("loss", []), value("W_new", [3, 4]), value("m_new", [3, 4])]
+    if late_reader_of_w:
+        nodes.append(helper.make_node("ReduceSum", ["W"], ["W_probe"], keepdims=0))
+        outputs.append(value("W_probe", []))
     return make_model(
         nodes,
         [value("x", [batch, 3]), value("t", [batch, 4]), value("W", [3, 4]), value("m", [3, 4])],
-        [value("loss", []), value("W_new", [3, 4]), value("m_new", [3, 4])],
+        outputs,
         [scalar("two_over_n", 0.25), scalar("mom", 0.9), scalar("lr", 0.1)],
     )
 

@@ -37,12 +37,26 @@ def brute_force_peak(graph):
 def test_lifetimes_by_hand():
     graph = load_graph(tiny_momentum_step(), dims={"batch": 2})
     life = lifetimes(graph, file_order(graph))
-    x, loss, w_new = graph.tensor("x"), graph.tensor("loss"), graph.tensor("W_new")
+    x, loss = graph.tensor("x"), graph.tensor("loss")
+    w, w_new, m_new = graph.tensor("W"), graph.tensor("W_new"), graph.tensor("m_new")
     assert (life.first[x.id], life.last[x.id]) == (0, 5)  # read last by Transpose (op 5)
     assert (life.first[loss.id], life.last[loss.id]) == (3, 10)  # outputs live to the end
-    assert (life.first[w_new.id], life.last[w_new.id]) == (10, 10)
+    # State is persistent and its new value is written in place (elementwise Sub / Add).
+    assert (life.first[w.id], life.last[w.id]) == (0, 10)
+    assert life.alias == {w_new.id: w.id, m_new.id: graph.tensor("m").id}
     constants = 3 * 4
-    assert life.live_bytes[10] == constants + 4 + 48 + 48 + 48 + 48  # loss, m_new, delta, W, W_new
+    assert life.live_bytes[10] == constants + 48 + 48 + 4 + 48  # W, m, loss, delta
+
+
+def test_in_place_update_needs_every_other_read_first():
+    graph = load_graph(tiny_momentum_step(late_reader_of_w=True), dims={"batch": 2})
+    w, w_new = graph.tensor("W"), graph.tensor("W_new")
+    in_file_order = lifetimes(graph, file_order(graph))  # the probe reads W after the update
+    assert w_new.id not in in_file_order.alias
+    greedy = memory_greedy_order(graph)  # respects read-before-update edges
+    assert lifetimes(graph, greedy).alias.get(w_new.id) == w.id
+    exact = solve_lifetimes(graph, time_model="sequential", time_limit=5)
+    assert lifetimes(graph, exact.order).alias.get(w_new.id) == w.id
 
 
 def test_check_order_rejects_bad_orders():
