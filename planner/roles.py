@@ -14,11 +14,11 @@ derived from the dataflow alone.
   moments, running-stat blends). It stops at the first op that changes shape (a MatMul producing a
   weight gradient, a ReduceSum producing a bias gradient). Known limitation: an elementwise sum of
   two gradient contributions (shared weights) just before the update lands in this tail too.
-- Backward region: everything else.
+- Backward region: the other ops whose result reaches a parameter's new value (gradient work).
+  What is left (running statistics, dead values) is a side computation of the forward pass.
 - Input roles: updated inputs the loss depends on are parameters; other updated inputs are
-  buffers when their update reads forward activations but no backward values (batch-norm running
-  stats) or reads only itself and is used by no parameter update (num_batches_tracked), else
-  optimizer state (momenta, Adam moments and step). Non-updated inputs are data when a forward op
+  optimizer state when their value flows into a parameter's new value (momenta, Adam moments and
+  step count), else buffers (batch-norm running stats, num_batches_tracked). Non-updated inputs are data when a forward op
   combines them with a parameter-only value (x @ W), labels otherwise (they meet the model only in
   the loss).
 """
@@ -70,19 +70,31 @@ def analyze(s: Structure) -> Analysis:
     tail = optimizer_tail(s, forward, set(updates.values()))
     if loss is None:  # no loss, no backward pass: everything but a state update is forward
         forward = set(range(len(s.op_types))) - tail
-    regions = _regions(s, forward, tail)
-    roles = _tensor_roles(s, loss, forward, updates, regions)
+    read_by_forward = {t for op in forward for t in s.op_inputs[op]}
+    parameters = {i for i in updates if i in read_by_forward}
+    regions = _regions(s, forward, tail, {updates[p] for p in parameters})
+    roles = _tensor_roles(s, loss, forward, updates, parameters, regions)
     return Analysis(loss=loss, updates=updates, tensor_roles=roles, op_regions=regions)
 
 
 def find_loss(s: Structure) -> int | None:
+    """The scalar float output with the most ancestors, preferring outputs that are not
+    elementwise lanes from an input (a 1-element bias's updated value is such a lane)."""
     candidates = [
         t for t in s.graph_outputs
         if s.is_float[t] and math.prod(s.shapes[t]) == 1 and s.producer[t] is not None
     ]
     if not candidates:
         return None
-    return max(candidates, key=lambda t: (len(ancestor_ops(s, t)), -s.graph_outputs.index(t)))
+    inputs = set(s.graph_inputs) - s.initializers
+    return max(
+        candidates,
+        key=lambda t: (
+            not (inputs & set(_lane_distances(s, t))),
+            len(ancestor_ops(s, t)),
+            -s.graph_outputs.index(t),
+        ),
+    )
 
 
 def ancestor_ops(s: Structure, tensor: int) -> set[int]:
@@ -182,15 +194,26 @@ def optimizer_tail(s: Structure, forward: set[int], updated_outputs: set[int]) -
     return tail
 
 
-def _regions(s: Structure, forward: set[int], tail: set[int]) -> list[str]:
+def _regions(
+    s: Structure, forward: set[int], tail: set[int], parameter_updates: set[int]
+) -> list[str]:
+    """Forward / backward / optimizer per op.
+
+    Outside the loss's ancestors and the optimizer tail, an op is backward when its result
+    reaches a parameter's new value (it is part of computing a gradient); otherwise it is a side
+    computation of the forward pass (running statistics, dead values).
+    """
+    toward_parameters = _reaches_any(s, parameter_updates)
     regions = []
     for op in range(len(s.op_types)):
         if op in forward:
             regions.append("forward")
         elif op in tail:
             regions.append("optimizer")
-        else:
+        elif toward_parameters[op]:
             regions.append("backward")
+        else:
+            regions.append("forward")
     # A source op (Constant) belongs where its first consumer runs, not to a region by default.
     for op in range(len(s.op_types)):
         if s.op_inputs[op] or op in forward:
@@ -203,32 +226,11 @@ def _regions(s: Structure, forward: set[int], tail: set[int]) -> list[str]:
     return regions
 
 
-def _flow_flags(s: Structure, regions: list[str]) -> tuple[list[bool], list[bool]]:
-    """Per op: does its result depend on a forward op / on a backward op (itself included)?"""
-    n = len(s.op_types)
-    from_forward = [False] * n
-    from_backward = [False] * n
-    for op in range(n):
-        fwd = regions[op] == "forward"
-        bwd = regions[op] == "backward"
-        for t in s.op_inputs[op]:
-            p = s.producer[t]
-            if p is not None:
-                fwd = fwd or from_forward[p]
-                bwd = bwd or from_backward[p]
-        from_forward[op] = fwd
-        from_backward[op] = bwd
-    return from_forward, from_backward
-
-
 def _tensor_roles(
     s: Structure, loss: int | None, forward: set[int], updates: dict[int, int],
-    regions: list[str],
+    parameters: set[int], regions: list[str],
 ) -> list[str]:
     roles = [""] * len(s.shapes)
-    read_by_forward = {t for op in forward for t in s.op_inputs[op]}
-    parameters = {i for i in updates if i in read_by_forward}
-    from_forward, from_backward = _flow_flags(s, regions)
     feeds_parameter_update = _reaches_any(s, {updates[p] for p in parameters})
 
     for t in s.initializers:
@@ -237,11 +239,7 @@ def _tensor_roles(
         if inp in parameters:
             roles[inp] = "parameter"
             continue
-        op = s.producer[out]
-        reads_backward = op is not None and from_backward[op]
-        reads_forward = op is not None and from_forward[op]
-        used_by_parameter_update = any(feeds_parameter_update[c] for c in s.consumers[inp])
-        if reads_backward or (not reads_forward and used_by_parameter_update):
+        if any(feeds_parameter_update[c] for c in s.consumers[inp]):
             roles[inp] = "optimizer_state"
         else:
             roles[inp] = "buffer"
