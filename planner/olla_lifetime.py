@@ -22,18 +22,27 @@ objective eq. 14 (minimize peak). Graph inputs exist before step 0; graph output
 to the last step; constants and persistent state (planner.state_updates) are a fixed baseline;
 updated state written in place costs no bytes, and its "read before update" edges, like OLLA's
 control edges, are precedence constraints. A known-good order can be given as a hint.
+
+The model is built from a `LifetimeProblem` (ops with spans, tensors with producer, readers and
+size, a per-step baseline), so the same encoding solves the whole graph and, in
+planner.order_refine, a window of an existing order with everything outside it fixed.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
 from planner.graph import Graph
-from planner.order_heuristics import levelize, order_by_levels, successor_lists
+from planner.order_heuristics import (
+    levelize,
+    order_by_levels,
+    successor_lists,
+    topological_order,
+)
 from planner.state_updates import state_updates
 
 STATUS_NAMES = {
@@ -43,6 +52,41 @@ STATUS_NAMES = {
     cp_model.MODEL_INVALID: "MODEL_INVALID",
     cp_model.UNKNOWN: "UNKNOWN",
 }
+
+
+@dataclass(frozen=True)
+class ProblemTensor:
+    size: int
+    producer: int | None  # local op index; None: resident before step 0
+    readers: tuple[int, ...]  # local op indices
+    to_end: bool  # must stay resident through the last step
+
+
+@dataclass(frozen=True)
+class LifetimeProblem:
+    """What the lifetime model needs, in local indices: ops 0..n-1 with spans, tensors, edges."""
+
+    steps: int
+    asap: list[int]
+    alap: list[int]
+    one_op_per_step: bool
+    tensors: list[ProblemTensor]
+    baseline: list[int]  # bytes resident at each step whatever the schedule
+    edges: dict[int, list[int]] = field(default_factory=dict)  # precedence without a tensor
+
+    @property
+    def create_variables(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in zip(self.asap, self.alap, strict=True))
+
+
+@dataclass(frozen=True)
+class ProblemSolution:
+    step_of: list[int] | None  # per local op; None when nothing was found in time
+    status: str
+    objective: int | None
+    bound: int
+    seconds: float
+    variables: int
 
 
 @dataclass(frozen=True)
@@ -59,16 +103,18 @@ class LifetimeSolution:
 def sequential_spans(graph: Graph, control_edges: dict[int, list[int]] | None = None
                      ) -> tuple[list[int], list[int]]:
     """[#ancestors, n - 1 - #descendants] for every op: where it can sit in a sequential order."""
-    successors = successor_lists(graph, control_edges)
-    n = len(graph.ops)
-    asap, _ = levelize(graph, control_edges)
-    by_level = sorted(range(n), key=lambda v: asap[v])
+    return spans_from_successors(successor_lists(graph, control_edges))
+
+
+def spans_from_successors(successors: list[list[int]]) -> tuple[list[int], list[int]]:
+    n = len(successors)
+    topo = topological_order(successors)
     ancestors = [0] * n  # bitsets as Python ints
-    for v in by_level:
+    for v in topo:
         for w in successors[v]:
             ancestors[w] |= ancestors[v] | (1 << v)
     descendants = [0] * n
-    for v in reversed(by_level):
+    for v in reversed(topo):
         for w in successors[v]:
             descendants[v] |= descendants[w] | (1 << w)
     return (
@@ -82,6 +128,36 @@ def count_variables(spans: tuple[list[int], list[int]]) -> int:
     return sum(hi - lo + 1 for lo, hi in zip(*spans, strict=True))
 
 
+def graph_problem(graph: Graph, control_edges: dict[int, list[int]] | None, time_model: str
+                  ) -> LifetimeProblem:
+    """The whole step as a lifetime problem (ops keep their graph ids)."""
+    updates = state_updates(graph)
+    edges = merge_edges(control_edges, updates.edges)
+    if time_model == "levels":
+        asap, alap = levelize(graph, edges)
+    elif time_model == "sequential":
+        asap, alap = sequential_spans(graph, edges)
+    else:
+        raise ValueError(f"unknown time model {time_model!r}")
+    steps = max(alap, default=-1) + 1
+    constant = 0
+    tensors = []
+    for t in graph.tensors:
+        if t.is_initializer or t.id in updates.persistent:
+            constant += t.nbytes  # resident for the whole step
+            continue
+        tensors.append(ProblemTensor(
+            size=0 if t.id in updates.in_place else t.nbytes,  # in place: orders, costs nothing
+            producer=t.producer,
+            readers=t.consumers,
+            to_end=t.is_graph_output,
+        ))
+    return LifetimeProblem(
+        steps=steps, asap=asap, alap=alap, one_op_per_step=time_model == "sequential",
+        tensors=tensors, baseline=[constant] * steps, edges=edges,
+    )
+
+
 def solve_lifetimes(
     graph: Graph,
     control_edges: dict[int, list[int]] | None = None,
@@ -92,75 +168,86 @@ def solve_lifetimes(
     workers: int = 1,
     seed: int = 0,
 ) -> LifetimeSolution:
+    """OLLA on the whole graph; the solution comes back as a sequential order."""
     started = time.perf_counter()
-    updates = state_updates(graph)
-    edges = merge_edges(control_edges, updates.edges)
-    if time_model == "levels":
-        asap, alap = levelize(graph, edges)
-    elif time_model == "sequential":
-        asap, alap = sequential_spans(graph, edges)
-    else:
-        raise ValueError(f"unknown time model {time_model!r}")
-    depth = max(alap, default=-1) + 1
+    problem = graph_problem(graph, control_edges, time_model)
+    hint_steps = None
+    if hint is not None and problem.one_op_per_step:
+        hint_steps = [0] * len(graph.ops)
+        for k, op in enumerate(hint):
+            hint_steps[op] = k
+    solution = solve_problem(problem, hint_steps, time_limit=time_limit, workers=workers,
+                             seed=seed)
+    order = None if solution.step_of is None else order_by_levels(graph, solution.step_of)
+    return LifetimeSolution(
+        order=order, status=solution.status, objective=solution.objective,
+        bound=solution.bound, seconds=time.perf_counter() - started,
+        variables=solution.variables, time_model=time_model,
+    )
+
+
+def solve_problem(
+    problem: LifetimeProblem,
+    hint_steps: Sequence[int] | None = None,
+    *,
+    time_limit: float = 10.0,
+    workers: int = 1,
+    seed: int = 0,
+) -> ProblemSolution:
+    started = time.perf_counter()
+    steps = problem.steps
     model = cp_model.CpModel()
+    create = [
+        {t: model.NewBoolVar(f"C_{v}_{t}") for t in range(lo, hi + 1)}
+        for v, (lo, hi) in enumerate(zip(problem.asap, problem.alap, strict=True))
+    ]
+    for by_step in create:  # eq. 3: every op runs once (and so creates each output once)
+        model.AddExactlyOne(by_step.values())
+    if problem.one_op_per_step:
+        for t in range(steps):
+            model.AddExactlyOne(c[t] for c in create if t in c)
+    _add_edges(model, create, problem.edges)
 
-    create = {
-        op.id: {t: model.NewBoolVar(f"C_{op.id}_{t}") for t in range(asap[op.id], alap[op.id] + 1)}
-        for op in graph.ops
-    }
-    for op in graph.ops:  # eq. 3: every op runs once (and so creates each output once)
-        model.AddExactlyOne(create[op.id].values())
-    if time_model == "sequential":
-        for t in range(depth):
-            model.AddExactlyOne(c[t] for c in create.values() if t in c)
-    _add_edges(model, create, edges)
-
-    level_terms: list[list[tuple[int, cp_model.IntVar | int]]] = [[] for _ in range(depth)]
-    constant_bytes = 0
-    preserves = {}
-    for tensor in graph.tensors:
-        if tensor.is_initializer or tensor.id in updates.persistent:
-            constant_bytes += tensor.nbytes  # resident for the whole step
+    level_terms: list[list[tuple[int, cp_model.IntVar | int]]] = [[] for _ in range(steps)]
+    preserves = []
+    for tensor in problem.tensors:
+        preserve = _preserve_vars(model, tensor, create, problem)
+        preserves.append(preserve)
+        if tensor.size == 0:
             continue
-        preserve = _preserve_vars(model, tensor, create, asap, alap, depth)
-        preserves[tensor.id] = preserve
-        if tensor.id in updates.in_place:
-            continue  # written over its state's storage: orders it, costs no bytes
         if tensor.producer is not None:
             for t, c in create[tensor.producer].items():
-                level_terms[t].append((tensor.nbytes, c))
+                level_terms[t].append((tensor.size, c))
         for t, p in preserve.items():
-            level_terms[t].append((tensor.nbytes, p))
+            level_terms[t].append((tensor.size, p))
     variables = len(model.Proto().variables)
 
-    upper = constant_bytes + sum(t.nbytes for t in graph.tensors if not t.is_initializer)
+    upper = max(problem.baseline, default=0) + sum(t.size for t in problem.tensors)
     peak = model.NewIntVar(0, upper, "peak")
-    for terms in level_terms:  # eq. 13
-        model.Add(constant_bytes + sum(size * var for size, var in terms) <= peak)
+    for t, terms in enumerate(level_terms):  # eq. 13
+        model.Add(problem.baseline[t] + sum(size * var for size, var in terms) <= peak)
     model.Minimize(peak)  # eq. 14
-    if hint is not None and time_model == "sequential":
-        _add_hint(model, graph, hint, create, preserves)
+    if hint_steps is not None:
+        _add_hint(model, problem, hint_steps, create, preserves)
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
+    # The time limit covers building the model too.
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit - (time.perf_counter() - started))
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
     status = solver.Solve(model)
     seconds = time.perf_counter() - started
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return LifetimeSolution(None, STATUS_NAMES.get(status, "UNKNOWN"), None,
-                                int(solver.BestObjectiveBound()), seconds, variables, time_model)
-    level_of = [
-        next(t for t, c in create[op.id].items() if solver.BooleanValue(c)) for op in graph.ops
-    ]
-    return LifetimeSolution(
-        order=order_by_levels(graph, level_of),
+        return ProblemSolution(None, STATUS_NAMES.get(status, "UNKNOWN"), None,
+                               int(solver.BestObjectiveBound()), seconds, variables)
+    step_of = [next(t for t, c in by_step.items() if solver.BooleanValue(c)) for by_step in create]
+    return ProblemSolution(
+        step_of=step_of,
         status=STATUS_NAMES[status],
         objective=int(solver.ObjectiveValue()),
         bound=int(solver.BestObjectiveBound()),
         seconds=seconds,
         variables=variables,
-        time_model=time_model,
     )
 
 
@@ -168,60 +255,58 @@ def merge_edges(*edge_maps: dict[int, list[int]] | None) -> dict[int, list[int]]
     merged: dict[int, list[int]] = {}
     for edges in edge_maps:
         for v, ws in (edges or {}).items():
-            merged.setdefault(v, []).extend(w for w in ws if w not in merged[v])
+            targets = merged.setdefault(v, [])
+            targets.extend(w for w in ws if w not in targets)
     return merged
 
 
 def _add_edges(model, create, edges) -> None:
     """Precedence edges without a tensor (control / read-before-update): step(v) < step(w)."""
-    step = {
-        v: sum(t * c for t, c in by_step.items()) for v, by_step in create.items()
-    }
+    step = [sum(t * c for t, c in by_step.items()) for by_step in create]
     for v, ws in edges.items():
         for w in ws:
             model.Add(step[v] + 1 <= step[w])
 
 
-def _add_hint(model, graph, order, create, preserves) -> None:
-    """Hint a full sequential solution: C from the order's positions, P from its lifetimes."""
-    position = {op: k for k, op in enumerate(order)}
-    for op_id, by_step in create.items():
+def _add_hint(model, problem, hint_steps, create, preserves) -> None:
+    """Hint a full solution: C from the hinted steps, P from the lifetimes they imply."""
+    for v, by_step in enumerate(create):
         for t, c in by_step.items():
-            model.AddHint(c, t == position[op_id])
-    for tensor_id, by_step in preserves.items():
-        tensor = graph.tensors[tensor_id]
-        born = -1 if tensor.producer is None else position[tensor.producer]
-        reads = [position[r] for r in tensor.consumers]
-        until = len(order) - 1 if tensor.is_graph_output else max(reads, default=born)
+            model.AddHint(c, t == hint_steps[v])
+    for tensor, by_step in zip(problem.tensors, preserves, strict=True):
+        born = -1 if tensor.producer is None else hint_steps[tensor.producer]
+        reads = [hint_steps[r] for r in tensor.readers]
+        until = problem.steps - 1 if tensor.to_end else max(reads, default=born)
         for t, p in by_step.items():
             if not isinstance(p, int):
                 model.AddHint(p, born < t <= until)
 
 
-def _preserve_vars(model, tensor, create, asap, alap, depth):
+def _preserve_vars(model, tensor: ProblemTensor, create, problem: LifetimeProblem):
     """P[e, t] over MUL(e) with PRES(e) fixed, and eq. 1, 2 and 4 for one tensor.
 
     Returns the variables by step (the constant 1 on PRES).
     """
-    readers = tensor.consumers
-    if tensor.producer is None:  # graph input: resident from before step 0, at least at 0
-        born, fixed_until = -1, max((asap[r] for r in readers), default=0)
+    asap, alap, depth = problem.asap, problem.alap, problem.steps
+    readers = tensor.readers
+    if tensor.producer is None:  # resident from before step 0, at least at step 0
+        born, fixed_from = -1, 0
+        fixed_until = max((asap[r] for r in readers), default=0)
     else:
-        born, fixed_until = asap[tensor.producer], max((asap[r] for r in readers), default=-1)
-        fixed_from = alap[tensor.producer] + 1
-    last = depth - 1 if tensor.is_graph_output else max((alap[r] for r in readers), default=-1)
+        born, fixed_from = asap[tensor.producer], alap[tensor.producer] + 1
+        fixed_until = max((asap[r] for r in readers), default=-1)
+    last = depth - 1 if tensor.to_end else max((alap[r] for r in readers), default=-1)
     if tensor.producer is None:
         last = max(last, 0)
-    if tensor.is_graph_output:
+    if tensor.to_end:
         fixed_until = depth - 1
     preserve: dict[int, cp_model.IntVar | int] = {}
     for t in range(born + 1, last + 1):
-        pinned = (t <= fixed_until) if tensor.producer is None else (fixed_from <= t <= fixed_until)
-        if pinned:
+        if fixed_from <= t <= fixed_until:
             preserve[t] = 1  # eq. 12 (PRES)
         else:
-            preserve[t] = model.NewBoolVar(f"P_{tensor.id}_{t}")
-    made = create.get(tensor.producer, {}) if tensor.producer is not None else {}
+            preserve[t] = model.NewBoolVar(f"P_{t}")
+    made = create[tensor.producer] if tensor.producer is not None else {}
     for t, p in preserve.items():
         previous = preserve.get(t - 1, 1 if tensor.producer is None and t == 0 else 0)
         created_before = made.get(t - 1, 0)
@@ -237,7 +322,7 @@ def _preserve_vars(model, tensor, create, asap, alap, depth):
                     model.Add(c == 0)
             else:
                 model.AddImplication(c, p)
-    if tensor.is_graph_output and tensor.producer is not None:
+    if tensor.to_end and tensor.producer is not None:
         end = preserve.get(depth - 1, 0)
         model.Add(end + made.get(depth - 1, 0) == 1)  # outputs survive to the end
     return preserve

@@ -25,9 +25,26 @@ def memory_greedy_order(graph: Graph) -> list[int]:
     free their gradient and so run as soon as they are ready (OLLA's "early weight update"),
     but only after every other reader of the old state (planner.state_updates' edges).
     """
+    return _list_schedule(graph, lambda growth, op_id: (growth, op_id))
+
+
+def eager_free_order(graph: Graph) -> list[int]:
+    """The file order, except that a ready op which frees at least what it allocates runs first.
+
+    Keeps the exporter's (usually depth-first) structure, which pure growth-greedy scheduling
+    loses, while still pulling weight updates and other freeing ops forward.
+    """
+    return _list_schedule(graph, lambda growth, op_id: (growth > 0, growth if growth <= 0 else 0,
+                                                        op_id))
+
+
+def _list_schedule(graph: Graph, priority) -> list[int]:
+    """Run the ready op with the smallest `priority(growth, op_id)` until all ops ran."""
     tensors = graph.tensors
     updates = state_updates(graph)
-    never_freed = updates.persistent | {t.id for t in tensors if t.is_initializer or t.is_graph_output}
+    never_freed = updates.persistent | {
+        t.id for t in tensors if t.is_initializer or t.is_graph_output
+    }
     remaining_readers = [len(t.consumers) for t in tensors]
     waiting_for = [0] * len(graph.ops)
     successors: list[list[int]] = [[] for _ in graph.ops]
@@ -53,7 +70,7 @@ def memory_greedy_order(graph: Graph) -> list[int]:
     ready = {op.id for op in graph.ops if waiting_for[op.id] == 0}
     order: list[int] = []
     while ready:
-        chosen = min(ready, key=lambda o: (growth(o), o))
+        chosen = min(ready, key=lambda o: priority(growth(o), o))
         ready.remove(chosen)
         order.append(chosen)
         op = graph.ops[chosen]
@@ -75,7 +92,7 @@ def levelize(graph: Graph, extra_edges: dict[int, list[int]] | None = None
     """
     successors = successor_lists(graph, extra_edges)
     n = len(graph.ops)
-    topo = _topological(successors)
+    topo = topological_order(successors)
     asap = [0] * n
     for v in topo:
         for w in successors[v]:
@@ -89,7 +106,7 @@ def levelize(graph: Graph, extra_edges: dict[int, list[int]] | None = None
     return asap, alap
 
 
-def _topological(successors: list[list[int]]) -> list[int]:
+def topological_order(successors: list[list[int]]) -> list[int]:
     indegree = [0] * len(successors)
     for ws in successors:
         for w in ws:

@@ -101,3 +101,39 @@ def test_optimize_order_reports_its_work():
     if result.solver:
         assert result.solver["status"] in {"OPTIMAL", "FEASIBLE"}
         assert result.solver["bound"] <= result.solver["objective"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_window_problem_reproduces_the_live_bytes_of_the_window(seed):
+    import random
+
+    from planner.olla_lifetime import solve_problem
+    from planner.order_refine import window_problem
+
+    graph = load_graph(random_dag(seed, n_ops=14))
+    order = memory_greedy_order(graph)
+    life = lifetimes(graph, order)
+    rng = random.Random(seed)
+    start = rng.randint(0, 6)
+    stop = start + rng.randint(3, 8)
+    problem, ops = window_problem(graph, order, life, start, stop)
+    assert ops == order[start:stop]
+    # Fixing the window to its current order must give exactly its current maximum.
+    pinned = type(problem)(
+        steps=problem.steps, asap=list(range(problem.steps)), alap=list(range(problem.steps)),
+        one_op_per_step=True, tensors=problem.tensors, baseline=problem.baseline,
+        edges=problem.edges,
+    )
+    solution = solve_problem(pinned, time_limit=5)
+    assert solution.objective == max(life.live_bytes[start:stop])
+
+
+def test_refinement_only_ever_lowers_the_peak():
+    from planner.order_refine import refine_order
+
+    for seed in range(4):
+        graph = load_graph(random_dag(seed, n_ops=30))
+        start = file_order(graph)
+        refined, _ = refine_order(graph, start, window=10, time_limit=5)
+        check_order(graph, refined)
+        assert lifetimes(graph, refined).peak <= lifetimes(graph, start).peak
