@@ -13,8 +13,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from schemas.graph import GraphSummary
+from schemas.profile import Profile
 
-PUBLIC_MODELS: tuple[type[BaseModel], ...] = (GraphSummary,)
+PUBLIC_MODELS: tuple[type[BaseModel], ...] = (GraphSummary, Profile)
 SCHEMA_DIR = Path(__file__).parent / "json"
 
 

@@ -1,0 +1,163 @@
+"""A persistent SQLite cache of op measurements, shared by every profiling run on a machine.
+
+Key: sha256 of the op signature (planner.profile.signature), the execution provider, the intra-op
+thread count, the onnxruntime version and the fingerprint of the machine (CPU model, core count,
+GPU name of the device). Unsupported results are cached too, so a second run does not retry them.
+
+The file may be used by several processes at once: WAL journal mode, a busy timeout, and every
+read or write is its own short transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.errors import InvalidInputError
+
+CACHE_FILE_NAME = "profile-cache.sqlite"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS op_cost (
+    key TEXT PRIMARY KEY,
+    op_type TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    ort_version TEXT NOT NULL,
+    machine TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    supported INTEGER NOT NULL,
+    median_s REAL,
+    spread_s REAL,
+    repeats INTEGER,
+    workspace_bytes INTEGER,
+    reason TEXT,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS machine_value (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    created REAL NOT NULL
+);
+"""
+
+
+def default_cache_path() -> Path:
+    """`$ARENAPLAN_CACHE_DIR/profile-cache.sqlite`, else the user's cache dir
+    (`$XDG_CACHE_HOME` or `~/.cache`) under `arenaplan/`."""
+    env = os.environ.get("ARENAPLAN_CACHE_DIR")
+    if env:
+        return Path(env).expanduser() / CACHE_FILE_NAME
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "arenaplan" / CACHE_FILE_NAME
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    signature: str
+    op_type: str
+    provider: str
+    threads: int
+    ort_version: str
+    machine: str
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps([self.signature, self.provider, self.threads, self.ort_version,
+                           self.machine])
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedCost:
+    supported: bool
+    median_s: float = 0.0
+    spread_s: float = 0.0
+    repeats: int = 0
+    workspace_bytes: int = 0
+    reason: str = ""
+
+
+class ProfileCache:
+    """Open (creating if needed) the cache at `path`. Use as a context manager or call close()."""
+
+    def __init__(self, path: str | Path, timeout_s: float = 30.0):
+        self.path = Path(path).expanduser()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+            self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            with self._transaction():
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+        except (sqlite3.DatabaseError, OSError) as exc:
+            raise InvalidInputError(
+                f"cannot use {self.path} as the profile cache ({exc}); pass another file with "
+                "--cache PATH or turn caching off with --no-cache"
+            ) from None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One short write transaction; IMMEDIATE takes the write lock up front, so two writers
+        wait for each other (busy timeout) instead of failing on a lock upgrade."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def get(self, key: CacheKey) -> CachedCost | None:
+        row = self._db.execute(
+            "SELECT supported, median_s, spread_s, repeats, workspace_bytes, reason "
+            "FROM op_cost WHERE key = ?", (key.digest,),
+        ).fetchone()
+        if row is None:
+            return None
+        supported, median_s, spread_s, repeats, workspace, reason = row
+        return CachedCost(bool(supported), median_s or 0.0, spread_s or 0.0, repeats or 0,
+                          workspace or 0, reason or "")
+
+    def put(self, key: CacheKey, cost: CachedCost) -> None:
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO op_cost (key, op_type, provider, threads, ort_version, "
+                "machine, signature, supported, median_s, spread_s, repeats, workspace_bytes, "
+                "reason, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key.digest, key.op_type, key.provider, key.threads, key.ort_version,
+                 key.machine, key.signature, int(cost.supported), cost.median_s, cost.spread_s,
+                 cost.repeats, cost.workspace_bytes, cost.reason, time.time()),
+            )
+
+    def get_value(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM machine_value WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def put_value(self, key: str, value: str) -> None:
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO machine_value (key, value, created) VALUES (?, ?, ?)",
+                (key, value, time.time()),
+            )
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM op_cost").fetchone()[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> ProfileCache:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()

@@ -1,0 +1,180 @@
+"""Measure one op on one device: its own single-node ONNX Runtime session on real inputs.
+
+Inputs and outputs are bound with IOBinding to OrtValues that already live on the device
+(outputs preallocated), so a timed run is the kernel plus the run's fixed cost and nothing else;
+on a GPU every run is synchronized (`Run` waits for the device; `synchronize_outputs` again),
+never an asynchronous launch. The first run has ONNX Runtime's profiler on: its kernel event says
+which provider really ran the node (a fallback to another provider makes the op unsupported on
+this device) and, through the 1.31 arena fields, how much scratch memory the kernel took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from planner.graph import Graph, Op
+from planner.profile.devices import Device, create_session
+from planner.profile.single_node import copy_output_name, single_node_model
+from planner.profile.timing import Runner, Timing, TimingPolicy, median_time, time_kernel
+
+
+@dataclass(frozen=True)
+class OpMeasurement:
+    timing: Timing | None  # None: unsupported on this device
+    workspace_bytes: int = 0
+    reason: str = ""
+
+
+class _BoundSession:
+    """A session with every input and output bound on the device, runnable without Python data
+    movement."""
+
+    def __init__(self, session: ort.InferenceSession, device: Device,
+                 inputs: dict[str, ort.OrtValue], outputs: dict[str, tuple[tuple, np.dtype]]):
+        self.session = session
+        self.device = device
+        self.binding = session.io_binding()
+        device_type, device_id = device.ortvalue_device
+        for name, value in inputs.items():
+            self.binding.bind_ortvalue_input(name, value)
+        self._outputs = []
+        for name, (shape, dtype) in outputs.items():
+            value = ort.OrtValue.ortvalue_from_shape_and_type(
+                list(shape), dtype, device_type, device_id)
+            self._outputs.append(value)
+            self.binding.bind_ortvalue_output(name, value)
+        if device.is_gpu:
+            self.binding.synchronize_inputs()
+
+    def run(self) -> None:
+        self.session.run_with_iobinding(self.binding)
+        if self.device.is_gpu:
+            self.binding.synchronize_outputs()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def device_inputs(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Device
+                  ) -> dict[str, ort.OrtValue]:
+    device_type, device_id = device.ortvalue_device
+    return {
+        graph.tensors[t].name: ort.OrtValue.ortvalue_from_numpy(
+            np.require(values[t], requirements="C"), device_type, device_id)
+        for t in op.input_ids
+    }
+
+
+def _output_specs(graph: Graph, op: Op, values: dict[int, np.ndarray]
+                  ) -> dict[str, tuple[tuple, np.dtype]]:
+    """Shape and dtype of each output, from the captured values (what the kernel produces)."""
+    specs = {}
+    for t in op.output_ids:
+        value = values.get(t)
+        shape = value.shape if value is not None else graph.tensors[t].shape
+        dtype = value.dtype if value is not None else np.dtype(graph.tensors[t].dtype)
+        specs[graph.tensors[t].name] = (tuple(shape), dtype)
+    return specs
+
+
+def _kernel_events(path: str) -> list[dict]:
+    try:
+        with open(path) as handle:
+            events = json.load(handle)
+    finally:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return [e for e in events if e.get("cat") == "Node"
+            and str(e.get("name", "")).endswith("_kernel_time")]
+
+
+def workspace_from_event(args: dict) -> int:
+    """Scratch bytes of a kernel from the profiler's arena fields: the allocator's peak during the
+    node minus what was in use before and after it (outputs are caller-bound, so ~0)."""
+    try:
+        peak = int(args["mem_in_use_peak"])
+        after = int(args["mem_bytes_in_use"])
+        before = after - int(args.get("mem_in_use_delta", 0))
+    except (KeyError, TypeError, ValueError):
+        return 0
+    return max(0, peak - max(before, after))
+
+
+def measure_op(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Device,
+               threads: int, policy: TimingPolicy, overhead: float, scratch_dir: str
+               ) -> OpMeasurement:
+    """Time `op` on `device`, or say why it cannot run there."""
+    prefix = os.path.join(scratch_dir, f"op{op.id}_{device.kind}{device.index}")
+    try:
+        session = create_session(single_node_model(graph, op, 1), device, threads,
+                                 profile_prefix=prefix)
+    except Exception as exc:  # noqa: BLE001 - NOT_IMPLEMENTED, fallback refused, ...
+        return OpMeasurement(None, reason=f"no session on {device.name}: {_first_line(exc)}")
+    try:
+        inputs = device_inputs(graph, op, values, device)
+        one = _BoundSession(session, device, inputs, _output_specs(graph, op, values))
+        one.run()
+    except Exception as exc:  # noqa: BLE001
+        return OpMeasurement(None, reason=f"fails to run on {device.name}: {_first_line(exc)}")
+    events = _kernel_events(session.end_profiling())
+    wrong = sorted({str(e.get("args", {}).get("provider")) for e in events}
+                   - {device.provider, "None"})
+    if wrong:
+        return OpMeasurement(
+            None, reason=f"falls back from {device.provider} to {', '.join(wrong)}")
+    workspace = max((workspace_from_event(e.get("args", {})) for e in events), default=0)
+
+    def make_copies() -> tuple[Runner, int] | None:
+        k = policy.copies
+        specs = _output_specs(graph, op, values)
+        out_bytes = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in specs.values())
+        if k * out_bytes > policy.max_copies_bytes:
+            return None
+        try:
+            session_k = create_session(single_node_model(graph, op, k), device, threads)
+            many = _BoundSession(session_k, device, inputs, specs)
+            many.run()
+        except Exception:  # noqa: BLE001 - copies are an optimization; fall back to one copy
+            return None
+        return many.run, k
+
+    timing = time_kernel(one.run, make_copies, overhead, policy)
+    return OpMeasurement(timing, workspace_bytes=workspace)
+
+
+def run_overhead(device: Device, threads: int, policy: TimingPolicy) -> float:
+    """The fixed cost of one bound session run on `device` (seconds), without the kernel: the
+    one-copy time of a 4-byte Identity minus its differential kernel time."""
+    def identity(copies: int):
+        f = TensorProto.FLOAT
+        nodes = [helper.make_node("Identity", ["x"], [copy_output_name("y", k)])
+                 for k in range(copies)]
+        graph = helper.make_graph(nodes, "overhead", [helper.make_tensor_value_info("x", f, [1])],
+                                  [helper.make_tensor_value_info("y", f, [1])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                 ir_version=10)
+
+    device_type, device_id = device.ortvalue_device
+    x = {"x": ort.OrtValue.ortvalue_from_numpy(np.zeros(1, np.float32), device_type, device_id)}
+    spec = np.dtype(np.float32)
+    one = _BoundSession(create_session(identity(1), device, threads), device, x,
+                        {"y": ((1,), spec)})
+    k = policy.copies
+    many = _BoundSession(create_session(identity(k), device, threads), device, x,
+                         {"y": ((1,), spec)})
+    differential = TimingPolicy(
+        warmup_runs=max(policy.warmup_runs, 5), batch=10, min_repeats=30, max_repeats=400,
+        rel_tolerance=0.05, max_seconds_per_op=max(policy.max_seconds_per_op, 0.2), copies=k,
+        direct_above_seconds=float("inf"))
+    kernel = time_kernel(one.run, lambda: (many.run, k), 0.0, differential)
+    return max(0.0, median_time(one.run, 51) - kernel.median)

@@ -1,0 +1,128 @@
+"""Repeat a measurement until it is stable, and time a kernel without the cost of a session run.
+
+A `session.run` costs a fixed few microseconds beyond the kernel (binding, execution frame), which
+would swamp the many sub-microsecond ops of a training graph. Cheap ops are therefore timed
+differentially: one session runs the op once, another runs k identical copies of it on the same
+inputs; (t_k - t_1) / (k - 1) is the time of one kernel execution, with the run's fixed cost
+cancelled out (including any input copies that the run makes). Ops slower than a threshold are
+timed from the one-copy session minus the device's calibrated run overhead, where that overhead is
+a negligible correction.
+
+Stopping rule: after warm-up runs, samples are taken in batches; after each batch the median of
+all samples so far is recorded, and sampling stops once the last three medians agree within a
+relative tolerance (or an absolute floor for sub-microsecond ops), or the repeat count or the
+per-op time cap is reached (an op slower than the cap still gets 3 timed runs). The result is the
+median and the interquartile range of the samples.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Runner = Callable[[], None]
+_MIN_SAMPLES = 3  # even an op slower than the time cap is timed this many times
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup_runs: int = 3
+    batch: int = 5
+    min_repeats: int = 10
+    max_repeats: int = 200
+    rel_tolerance: float = 0.05
+    abs_tolerance_seconds: float = 2e-7
+    max_seconds_per_op: float = 0.5
+    copies: int = 4
+    direct_above_seconds: float = 2e-4
+    max_copies_bytes: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.copies < 2 or self.batch < 1 or self.min_repeats < 1:
+            raise ValueError("copies must be >= 2, batch and min_repeats >= 1")
+        if self.max_repeats < self.min_repeats:
+            raise ValueError("max_repeats must be >= min_repeats")
+
+
+DEFAULT_POLICY = TimingPolicy()
+# For tests and quick looks: fewer repeats, a tighter time cap.
+QUICK_POLICY = TimingPolicy(warmup_runs=2, batch=5, min_repeats=5, max_repeats=40,
+                            rel_tolerance=0.1, max_seconds_per_op=0.1)
+
+
+@dataclass(frozen=True)
+class Timing:
+    median: float
+    spread: float  # interquartile range
+    repeats: int
+
+
+def timed(run: Runner) -> float:
+    start = time.perf_counter_ns()
+    run()
+    return (time.perf_counter_ns() - start) * 1e-9
+
+
+def median_time(run: Runner, n: int) -> float:
+    return statistics.median(timed(run) for _ in range(n))
+
+
+def sample_until_stable(sample: Callable[[], float], policy: TimingPolicy) -> Timing:
+    """Call `sample` (one timing in seconds) in batches until the running median is stable."""
+    samples: list[float] = []
+    medians: list[float] = []
+    deadline = time.perf_counter() + policy.max_seconds_per_op
+    while True:
+        for _ in range(policy.batch):
+            samples.append(sample())
+            if len(samples) >= _MIN_SAMPLES and time.perf_counter() >= deadline:
+                break
+        medians.append(statistics.median(samples))
+        if len(samples) >= policy.max_repeats or time.perf_counter() >= deadline:
+            break
+        if len(samples) >= policy.min_repeats and len(medians) >= 3:
+            recent = medians[-3:]
+            allowed = max(policy.rel_tolerance * statistics.median(recent),
+                          policy.abs_tolerance_seconds)
+            if max(recent) - min(recent) <= allowed:
+                break
+    q1, q3 = np.percentile(samples, [25, 75])
+    return Timing(median=statistics.median(samples), spread=float(q3 - q1),
+                  repeats=len(samples))
+
+
+def time_kernel(run_one: Runner, make_run_copies: Callable[[], tuple[Runner, int] | None],
+                overhead: float, policy: TimingPolicy) -> Timing:
+    """Time one execution of a kernel; `run_one` runs it once per call (synchronized).
+
+    `make_run_copies()` returns (a runner of k copies, k), or None when copies are not possible;
+    it is only called for ops cheap enough to need the differential measurement.
+    """
+    # Warm-up and the probe that picks the method get at most a quarter of the time cap each, so
+    # an op that takes seconds is not run a dozen times.
+    budget = policy.max_seconds_per_op / 4
+    start = time.perf_counter()
+    for _ in range(policy.warmup_runs):
+        run_one()
+        if time.perf_counter() - start > budget:
+            break
+    probes = [timed(run_one)]
+    while len(probes) < 3 and probes[-1] * len(probes) < budget:
+        probes.append(timed(run_one))
+    probe = statistics.median(probes)
+    copies = None if probe >= policy.direct_above_seconds else make_run_copies()
+    if copies is None:
+        def sample() -> float:
+            return max(0.0, timed(run_one) - overhead)
+    else:
+        run_k, k = copies
+        for _ in range(policy.warmup_runs):
+            run_k()
+
+        def sample() -> float:
+            return max(0.0, (timed(run_k) - timed(run_one)) / (k - 1))
+    return sample_until_stable(sample, policy)
