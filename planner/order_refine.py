@@ -9,8 +9,9 @@ tensors at any step outside the window does not depend on how the window is orde
 
 Each round takes the step of the current peak, solves the window around it (the sequential
 model of planner.olla_lifetime, warm-started from the current order, at most
-`window_time_limit` seconds), and keeps the result when it lowers the window's maximum. It stops when no window around a peak step improves,
-or at the time limit. Every accepted window is an exact improvement, never a guess.
+`window_time_limit` seconds), and keeps the result when it lowers the window's maximum. When
+no window around a peak step improves, windows grow; it stops at the time limit or when a window
+covers the graph. Every accepted window is a proven improvement, never a guess.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ derived from the dataflow alone.
   What is left (running statistics, dead values) is a side computation of the forward pass.
 - Input roles: updated inputs the loss depends on are parameters; other updated inputs are
   optimizer state when their value flows into a parameter's new value (momenta, Adam moments and
-  step count), else buffers (batch-norm running stats, num_batches_tracked). Non-updated inputs are data when a forward op
-  combines them with a parameter-only value (x @ W), labels otherwise (they meet the model only in
-  the loss).
+  step count), else buffers (batch-norm running stats, num_batches_tracked). Non-updated inputs
+  are data when a forward op combines them with a parameter-only value (x @ W), labels otherwise
+  (they meet the model only in the loss).
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def _tensor_roles(
 
     for t in s.initializers:
         roles[t] = "constant"
-    for inp, out in updates.items():
+    for inp in updates:
         if inp in parameters:
             roles[inp] = "parameter"
             continue
