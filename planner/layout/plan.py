@@ -1,0 +1,309 @@
+"""`plan_layout`: the one entry point that chooses between the heuristics and the exact model.
+
+1. Validate and normalize (zones placed, pre-placed buffers checked, common unit).
+2. Lower bound: max live bytes. Stack always-live buffers at the bottom (no loss).
+3. Heuristics (greedy by size, best fit, pyramid, greedy by area) stop at the first that reaches
+   the lower bound: that layout is optimal and is returned at once.
+4. Otherwise CP-SAT, per independent time component, hardest first: first the decision "does the
+   component fit in the lowest arena still worth having" (fast on tight instances), then, if not
+   shown, the minimization warm-started from the best heuristic. With a capacity, the decision
+   at the capacity only.
+The best layout found is always returned, with the best proven bound, its gap and status.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import InfeasibleError, InvalidInputError
+from planner.layout.bounds import live_bound_units
+from planner.layout.exact import ExactOptions, solve_component
+from planner.layout.heuristics import HEURISTICS, run_heuristics
+from planner.layout.intervals import time_components
+from planner.layout.problem import LayoutProblem, arena_units, build_problem
+from planner.layout.reductions import stack_always_live
+from planner.layout.types import (
+    DEFAULT_ALIGNMENT,
+    STATUS_FEASIBLE,
+    STATUS_OPTIMAL,
+    Buffer,
+    Layout,
+)
+
+# share of a component's time budget given to the decision at the floor before minimizing
+_DECISION_SHARE = 0.5
+
+
+@dataclass
+class _Search:
+    """The state of the exact phase: the layout so far and what is proven."""
+
+    problem: LayoutProblem
+    offsets: np.ndarray  # units, every buffer
+    bound: int  # units, proven lower bound on the whole arena
+    deadline: float
+    workers: int
+    seed: int
+    timed_out: bool = False
+    improved: bool = False
+
+    def remaining(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def options(self, seconds: float, decide: bool) -> ExactOptions:
+        return ExactOptions(
+            time_limit=max(0.05, seconds), workers=self.workers, seed=self.seed,
+            stop_at_first_solution=decide,
+        )
+
+    def component_arena(self, members: np.ndarray) -> int:
+        return int((self.offsets[members] + self.problem.size[members]).max())
+
+    def accept(self, offsets: dict[int, int]) -> None:
+        for i, off in offsets.items():
+            if off != self.offsets[i]:
+                self.improved = True
+            self.offsets[i] = off
+
+
+def _components_by_difficulty(search: _Search, above: int) -> list[np.ndarray]:
+    """Components whose current arena exceeds ``above``, highest arena (then largest) first."""
+    p = search.problem
+    comps = [c for c in time_components(p.lower, p.upper, p.free_idx)
+             if search.component_arena(c) > above]
+    return sorted(comps, key=lambda c: (-search.component_arena(c), -len(c), int(c[0])))
+
+
+def _budget(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> float:
+    total = sum(len(c) for c in pending)
+    return search.remaining() * len(comp) / max(1, total)
+
+
+def _minimize(search: _Search) -> None:
+    """Lower the arena as far as proven possible within the deadline (no capacity)."""
+    achieved = search.bound
+    comps = _components_by_difficulty(search, search.bound)
+    for k, comp in enumerate(comps):
+        current = search.component_arena(comp)
+        goal = max(search.bound, achieved)
+        if current <= goal:
+            continue
+        if search.remaining() <= 0:
+            search.timed_out = True
+            achieved = max(achieved, current)
+            continue
+        budget = _budget(search, comp, comps[k:])
+        hint = {i: int(search.offsets[i]) for i in comp.tolist()}
+        # decision: does the component fit under the goal?
+        first = solve_component(search.problem, comp, floor=goal, upper=goal, hint=None,
+                                options=search.options(budget * _DECISION_SHARE, decide=True))
+        if first.arena is not None:
+            search.accept(first.offsets)
+            continue
+        proven_floor = first.status == "INFEASIBLE"
+        floor = goal + 1 if proven_floor else goal
+        if proven_floor:
+            search.bound = max(search.bound, floor)
+        if floor >= current:
+            achieved = max(achieved, current)
+            continue
+        second = solve_component(search.problem, comp, floor=floor, upper=current, hint=hint,
+                                 options=search.options(search.remaining() * len(comp) / max(
+                                     1, sum(len(c) for c in comps[k:])), decide=False))
+        if second.arena is not None and second.arena < current:
+            search.accept(second.offsets)
+            current = second.arena
+        if second.bound > floor:
+            search.bound = max(search.bound, second.bound)
+        elif second.status == "INFEASIBLE":  # cannot happen: the hint fits; kept for safety
+            search.bound = max(search.bound, current)
+        if second.timed_out or (first.status == "UNKNOWN" and second.status != "OPTIMAL"):
+            search.timed_out = True
+        achieved = max(achieved, current)
+
+
+def _fit_capacity(search: _Search, cap: int) -> str:
+    """Make every component fit under ``cap``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN"."""
+    comps = _components_by_difficulty(search, cap)
+    outcome = "FIT"
+    for k, comp in enumerate(comps):
+        if search.remaining() <= 0:
+            search.timed_out = True
+            return "UNKNOWN"
+        result = solve_component(search.problem, comp, floor=search.bound, upper=cap, hint=None,
+                                 options=search.options(_budget(search, comp, comps[k:]),
+                                                        decide=True))
+        if result.arena is not None:
+            search.accept(result.offsets)
+        elif result.status == "INFEASIBLE":
+            search.bound = max(search.bound, cap + 1)
+            return "INFEASIBLE"
+        else:
+            search.timed_out = True
+            outcome = "UNKNOWN"
+    return outcome
+
+
+def _layout(
+    problem: LayoutProblem, offsets: np.ndarray, bound: int, live: int, method: str,
+    started: float, timed_out: bool,
+) -> Layout:
+    arena = arena_units(problem, offsets)
+    bound = min(bound, arena)
+    u = problem.unit
+    return Layout(
+        offsets={bid: int(off) * u for bid, off in zip(problem.ids, offsets.tolist(), strict=True)},
+        arena_size=arena * u,
+        lower_bound=bound * u,
+        status=STATUS_OPTIMAL if arena <= bound else STATUS_FEASIBLE,
+        method=method,
+        solve_seconds=time.perf_counter() - started,
+        timed_out=timed_out and arena > bound,
+        live_bytes_bound=live * u,
+    )
+
+
+def _check_arguments(capacity: int | None, time_limit: float, workers: int) -> None:
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)
+                                 or capacity < 0):
+        raise InvalidInputError(f"capacity {capacity!r} must be a non-negative integer (bytes)")
+    if not time_limit > 0:
+        raise InvalidInputError(f"time limit {time_limit!r} must be positive (seconds)")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InvalidInputError(f"workers {workers!r} must be a positive integer")
+
+
+def plan_layout(
+    buffers: Sequence[Buffer],
+    *,
+    alignment: int = DEFAULT_ALIGNMENT,
+    capacity: int | None = None,
+    time_limit: float = 10.0,
+    workers: int = 1,
+    seed: int = 0,
+) -> Layout:
+    """Offsets for ``buffers`` in one arena, as small as proven possible within ``time_limit``.
+
+    With ``capacity`` (bytes), any layout within it is returned as soon as one is found, and
+    InfeasibleError is raised when none exists (``smallest_feasible`` = the smallest arena found
+    and proven minimal, else a proven lower bound with ``is_lower_bound``) or none was found in
+    time. Deterministic for the same input, seed and worker count when the solver finishes
+    within its time limit. Raises InvalidInputError for invalid buffers or arguments.
+    """
+    started = time.perf_counter()
+    _check_arguments(capacity, time_limit, workers)
+    problem = build_problem(buffers, alignment)
+    u = problem.unit
+    live = live_bound_units(problem)
+    reduced = stack_always_live(problem)
+    results = run_heuristics(reduced, target=live)
+    best = results[0] if results else None
+    offsets = best.offsets.copy() if best is not None else problem.fixed_off.copy()
+    method = best.method if best is not None else "fixed"
+    heuristic_arena = arena_units(problem, offsets)
+
+    def done(bound: int, timed_out: bool = False, chosen: str = method,
+             final: np.ndarray = offsets) -> Layout:
+        return _layout(problem, final, bound, live, chosen, started, timed_out)
+
+    cap = None if capacity is None else capacity // u
+    if cap is not None and live > cap:
+        raise InfeasibleError(
+            f"capacity {capacity} bytes is below the {live * u} bytes that are live at one "
+            f"step (sizes rounded up to alignment); it needs at least {live * u} bytes",
+            smallest_feasible=live * u, is_lower_bound=heuristic_arena > live,
+        )
+    if heuristic_arena <= live or (cap is not None and heuristic_arena <= cap):
+        return done(live)
+
+    search = _Search(reduced, offsets.copy(), live, started + time_limit, workers, seed)
+    if cap is None:
+        _minimize(search)
+        return done(search.bound, search.timed_out, "cpsat" if search.improved else method,
+                    search.offsets)
+
+    outcome = _fit_capacity(search, cap)
+    if outcome == "FIT":
+        return done(search.bound, False, "cpsat", search.offsets)
+    if outcome == "INFEASIBLE":
+        _minimize(search)  # with the remaining time: how much is needed?
+        needed = arena_units(problem, search.offsets)
+        exact = needed <= search.bound
+        smallest = needed if exact else search.bound
+        detail = "" if exact else f" (the smallest arena found is {needed * u} bytes)"
+        raise InfeasibleError(
+            f"no layout fits in capacity {capacity} bytes (proven by the exact solver); "
+            f"{'the smallest arena is' if exact else 'at least'} {smallest * u} bytes "
+            f"is needed{detail}",
+            smallest_feasible=smallest * u, is_lower_bound=not exact,
+        )
+    raise InfeasibleError(
+        f"no layout within capacity {capacity} bytes was found in {time_limit:g} s and none was "
+        f"proven impossible (proven lower bound {search.bound * u} bytes); the smallest arena "
+        f"found is {heuristic_arena * u} bytes: raise the capacity to that or the time limit",
+        smallest_feasible=heuristic_arena * u, is_lower_bound=False,
+    )
+
+
+def heuristic_layout(
+    buffers: Sequence[Buffer],
+    *,
+    alignment: int = DEFAULT_ALIGNMENT,
+    methods: Sequence[str] | None = None,
+) -> Layout:
+    """The best layout of the heuristics only (all, or the named ones; no early stop, no
+    solver): a baseline for benchmarks and a fast answer where proof is not needed."""
+    started = time.perf_counter()
+    problem = build_problem(buffers, alignment)
+    live = live_bound_units(problem)
+    names = tuple(methods) if methods is not None else None
+    if names is not None:
+        unknown = [m for m in names if m not in HEURISTICS]
+        if unknown:
+            raise InvalidInputError(f"unknown heuristic(s) {unknown}; known: {list(HEURISTICS)}")
+    best = run_heuristics(stack_always_live(problem), target=None, methods=names)[0]
+    return _layout(problem, best.offsets, live, live, best.method, started, False)
+
+
+def exact_layout(
+    buffers: Sequence[Buffer],
+    *,
+    alignment: int = DEFAULT_ALIGNMENT,
+    time_limit: float = 10.0,
+    workers: int = 1,
+    seed: int = 0,
+) -> Layout:
+    """The CP-SAT model alone: every component minimized from scratch (no warm start, no
+    heuristic answer), stopping at the live-bytes bound. For tests and benchmarks."""
+    started = time.perf_counter()
+    _check_arguments(None, time_limit, workers)
+    problem = build_problem(buffers, alignment)
+    live = live_bound_units(problem)
+    offsets = problem.fixed_off.copy()
+    comps = time_components(problem.lower, problem.upper, problem.free_idx)
+    deadline = started + time_limit
+    bound, timed_out = live, False
+    total = max(1, len(problem.free_idx))
+    for comp in comps:
+        upper = problem.zone_top + int(problem.size[comp].sum())
+        obstacles = problem.obstacle_idx
+        if len(obstacles):
+            upper = max(upper, int((problem.fixed_off[obstacles] + problem.size[obstacles]).max())
+                        ) + int(problem.size[comp].sum())
+        seconds = max(0.05, (deadline - time.perf_counter()) * len(comp) / total)
+        total -= len(comp)
+        result = solve_component(
+            problem, comp, floor=live, upper=upper, hint=None,
+            options=ExactOptions(time_limit=seconds, workers=workers, seed=seed),
+        )
+        if result.arena is None:
+            raise RuntimeError("the exact model found no layout within the sum of all sizes")
+        for i, off in result.offsets.items():
+            offsets[i] = off
+        bound = max(bound, result.bound)
+        timed_out = timed_out or result.timed_out
+    return _layout(problem, offsets, bound, live, "cpsat", started, timed_out)
