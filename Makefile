@@ -22,10 +22,11 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,export]'
 	touch $@ $(STAMP_RUN)
 
-# Until the planning service lands (issue 7), the main job is the end-to-end example: load and
-# summarize every fixture training graph.
+# The planning service on http://127.0.0.1:8000 (docs at /docs), SQLite store and models in
+# ~/.local/share/arenaplan; settings from ARENAPLAN_* variables, options in SERVE_ARGS
+# (e.g. make serve SERVE_ARGS="--port 9000 --workers 2").
 serve: $(STAMP_RUN)
-	@for model in tests/fixtures/*.onnx; do $(BIN)/arenaplan inspect "$$model" || exit 1; done
+	$(BIN)/arenaplan serve $(SERVE_ARGS)
 
 test: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

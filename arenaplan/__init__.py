@@ -4,4 +4,6 @@ The top-level package holds only the version and the command-line front end; the
 the sibling packages `schemas`, `planner`, `runtime` and `service` (see DESIGN.md).
 """
 
-__version__ = "0.1.0"
+from planner.version import PLANNER_VERSION as __version__
+
+__all__ = ["__version__"]

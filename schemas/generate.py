@@ -13,9 +13,13 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from schemas.graph import GraphSummary
+from schemas.plan import Plan, PlanRequest
 from schemas.profile import Profile
+from schemas.service import ApiError, PlanList, PlanStatus
 
-PUBLIC_MODELS: tuple[type[BaseModel], ...] = (GraphSummary, Profile)
+PUBLIC_MODELS: tuple[type[BaseModel], ...] = (
+    GraphSummary, Profile, PlanRequest, Plan, PlanStatus, PlanList, ApiError,
+)
 SCHEMA_DIR = Path(__file__).parent / "json"
 
 

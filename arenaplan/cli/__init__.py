@@ -20,6 +20,9 @@ from arenaplan.cli.common import EXIT_BAD_INPUT, report_user_error
 
 COMMAND_MODULES = (
     "arenaplan.cli.inspect_cmd",
+    "arenaplan.cli.layout_cmd",
+    "arenaplan.cli.plan_cmd",
+    "arenaplan.cli.demo_cmd",
     "arenaplan.cli.profile_cmd",
     "arenaplan.cli.export_cmd",
 )

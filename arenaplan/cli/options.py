@@ -36,3 +36,30 @@ def add_dims_option(parser: argparse.ArgumentParser) -> None:
         "--dim", dest="dims", action="append", type=parse_dim, default=[], metavar="NAME=N",
         help="bind a symbolic dimension of the model, e.g. --dim batch=32 (repeatable)",
     )
+
+
+def parse_budget(text: str) -> tuple[str, int]:
+    """`cpu=512MiB` / `cuda:0=2GiB` -> (device, bytes), for --budget."""
+    device, sep, size = text.partition("=")
+    if not sep or not device:
+        raise argparse.ArgumentTypeError(
+            f"expected DEVICE=SIZE such as cpu=512MiB or cuda:0=2GiB, got {text!r}"
+        )
+    return device.strip(), parse_bytes(size)
+
+
+def add_request_options(parser: argparse.ArgumentParser) -> None:
+    """Options that make up a PlanRequest: budgets, dims, solver limits, alignment, profile."""
+    parser.add_argument(
+        "--budget", dest="budgets", action="append", type=parse_budget, default=[],
+        metavar="DEVICE=SIZE", required=True,
+        help="arena budget of a device, e.g. cpu=512MiB (binary units KiB/MiB/GiB or KB/MB/GB)",
+    )
+    add_dims_option(parser)
+    parser.add_argument("--profile", help="per-op costs from `arenaplan profile -o`")
+    parser.add_argument("--time-limit", type=float, default=30.0, metavar="S",
+                        help="solver time limit in seconds (default 30)")
+    parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    parser.add_argument("--alignment", type=int, default=64,
+                        help="byte alignment of buffer offsets (default 64)")

@@ -1,0 +1,50 @@
+"""Collect every benchmark's markdown table into bench/README.md, the one page of figures.
+
+    .venv/bin/python bench/collect_tables.py
+
+Each benchmark lives in bench/NAME/ with a runner `run_NAME_bench.py` that writes results.json
+and results.md; this script only gathers the committed results.md files, so the page always
+shows what the last runs measured, with the command that regenerates each table.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+SECTIONS = {
+    "order": "Operator ordering: peak live bytes vs the file order (issue 5)",
+    "layout": "Arena layout: arena / lower bound and solve time, greedy vs exact (issue 5)",
+    "profile": "Operator profiling: wall time, cold and warm cache (issue 3)",
+    "remat": "Rematerialization: budget vs predicted overhead, ours vs baselines (issue 4)",
+    "runtime": "Runtime: arena vs ONNX Runtime memory, step time (issue 6)",
+    "service": "Service: concurrent requests, cached-plan latency (issue 7)",
+}
+
+
+def main() -> int:
+    lines = [
+        "# Benchmarks",
+        "",
+        "Every table below is written by the command above it (results.json beside it holds the",
+        "raw figures). Regenerate this page with `.venv/bin/python bench/collect_tables.py`.",
+        f"Machine of the committed runs: {platform.machine()}, 2 cores, 24 GiB, no GPU, shared",
+        "with other work while measuring (timings are noisy; memory figures are exact).",
+        "",
+    ]
+    for name, title in SECTIONS.items():
+        results = BENCH / name / "results.md"
+        runner = BENCH / name / f"run_{name}_bench.py"
+        if not results.exists():
+            continue
+        lines += [f"## {title}", "", f"`.venv/bin/python {runner.relative_to(BENCH.parent)}`", ""]
+        lines += [results.read_text().rstrip(), ""]
+    (BENCH / "README.md").write_text("\n".join(lines))
+    print(f"wrote {BENCH / 'README.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""The plan contract: what a client asks for (`PlanRequest`) and what it gets back (`Plan`).
+
+A plan is a straight-line program for one training step over fixed arenas, one per device:
+
+- `buffers`: every value the step holds, with its device, byte offset in that device's arena,
+  size, dtype, shape and the step range it is live in. A tensor recomputed or copied to another
+  device has one buffer per materialization. A buffer can reuse another's storage (`alias_of`,
+  an in-place state update): same device and offset, lives after it.
+- `steps`: `compute` (run one op on one device, reading and writing buffers; `recompute` marks a
+  rematerialization), `copy` (buffer to buffer, usually across devices) and `free` (end of a
+  buffer's life; nothing is deallocated).
+- `graph_inputs` / `graph_outputs` / `constants`: which buffer holds each graph input before step
+  0, each graph output after the last step, and each initializer of the model.
+- `state_updates`: state input -> output with its new value; the next training step feeds that
+  output's value as the input (the runtime keeps both in the persistent zone).
+
+Plan ids are deterministic (`compute_plan_id`): the same model bytes, canonical request and
+planner version always give the same id, so CI can compute the id it wants and fetch it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.profile import Profile
+
+PLAN_SCHEMA_VERSION = 1
+# `cpu:N` is an extra host arena (a second NUMA node, or a stand-in for a second device when no
+# GPU is at hand); it runs on the CPU and shares the CPU's costs.
+DEVICE_PATTERN = re.compile(r"^(cpu(:\d+)?|cuda:\d+)$")
+SolverStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
+
+
+def check_device_name(name: str) -> str:
+    if not DEVICE_PATTERN.match(name):
+        raise ValueError(
+            f"unknown device '{name}': use 'cpu', 'cuda:N' (e.g. cuda:0) or 'cpu:N' for an extra "
+            "host arena"
+        )
+    return name
+
+
+class PlanRequest(BaseModel):
+    """What to plan for: a budget per device and how hard to try."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budgets: dict[str, int] = Field(
+        min_length=1,
+        description="device ('cpu', 'cuda:N', 'cpu:N') -> bytes its arena may use for the whole "
+        "step: "
+        "parameters, optimizer state, gradients, activations, workspace",
+    )
+    dims: dict[str, int] = Field(
+        default_factory=dict, description="values for the model's symbolic dims, e.g. batch"
+    )
+    objective: Literal["time"] = Field(
+        default="time", description="minimize the predicted step time within the budgets"
+    )
+    time_limit_s: float = Field(default=30.0, gt=0, le=3600, description="solver time limit")
+    workers: int = Field(default=1, ge=1, le=64, description="CP-SAT worker threads")
+    seed: int = Field(default=0, ge=0, description="CP-SAT random seed")
+    alignment: int = Field(default=64, ge=1, le=4096, description="byte alignment of offsets")
+    profile: Profile | None = Field(
+        default=None, description="per-op costs measured elsewhere (arenaplan profile -o)"
+    )
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, budgets: dict[str, int]) -> dict[str, int]:
+        for device, size in budgets.items():
+            check_device_name(device)
+            if size <= 0:
+                raise ValueError(f"budget for {device} must be a positive number of bytes")
+        return budgets
+
+    @field_validator("dims")
+    @classmethod
+    def _dims(cls, dims: dict[str, int]) -> dict[str, int]:
+        for name, value in dims.items():
+            if value <= 0:
+                raise ValueError(f"dim '{name}' must be a positive integer")
+        return dims
+
+    @field_validator("alignment")
+    @classmethod
+    def _alignment(cls, alignment: int) -> int:
+        if alignment & (alignment - 1):
+            raise ValueError("alignment must be a power of two")
+        return alignment
+
+
+def canonical_request_json(request: PlanRequest) -> str:
+    """The request as canonical JSON: sorted keys, no whitespace, defaults spelled out."""
+    return json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def compute_plan_id(model_sha256: str, request: PlanRequest, planner_version: str) -> str:
+    """Deterministic plan id: hash of model sha256, canonical request and planner version."""
+    text = f"{model_sha256}\n{canonical_request_json(request)}\n{planner_version}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class BufferSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    tensor: str = Field(description="name of the ONNX tensor this buffer holds")
+    device: str
+    offset: int = Field(ge=0, description="byte offset in the device's arena")
+    size: int = Field(ge=0, description="bytes of the tensor")
+    dtype: str
+    shape: list[int]
+    first_step: int = Field(ge=0, description="first step the buffer is live in")
+    last_step: int = Field(ge=0, description="last step the buffer is live in (inclusive)")
+    role: str = Field(description="tensor role (planner.graph.TensorRole)")
+    zone: Literal["persistent", "transient"] = Field(
+        description="persistent: state and constants, at fixed offsets across training steps"
+    )
+    preloaded: bool = Field(
+        default=False, description="holds a graph input or constant before step 0"
+    )
+    alias_of: str | None = Field(
+        default=None, description="buffer whose storage this one reuses (in-place update)"
+    )
+
+
+class ComputeStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["compute"] = "compute"
+    op_id: int = Field(ge=0)
+    op_name: str
+    op_type: str
+    device: str
+    inputs: list[str | None] = Field(description="buffer per positional input (None: omitted)")
+    outputs: list[str | None] = Field(description="buffer per positional output (None: unused)")
+    recompute: bool = Field(default=False, description="a rematerialization of an earlier op")
+
+
+class CopyStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["copy"] = "copy"
+    src: str
+    dst: str
+
+
+class FreeStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["free"] = "free"
+    buffer: str
+
+
+Step = Annotated[ComputeStep | CopyStep | FreeStep, Field(discriminator="kind")]
+
+
+class SolverReport(BaseModel):
+    """One solver phase as it ran: what it proved and how long it took."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    phase: Literal["order", "remat", "layout"]
+    device: str | None = None
+    method: str
+    status: SolverStatus
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    baseline: float | None = Field(
+        default=None, description="the objective's value for the naive alternative: the file "
+        "order's peak for ordering, keep-everything time for rematerialization"
+    )
+    seconds: float = Field(ge=0)
+    notes: list[str] = Field(default_factory=list)
+
+
+class DevicePlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: str
+    budget_bytes: int
+    arena_bytes: int = Field(description="size of the one allocation the runtime makes")
+    lower_bound_bytes: int = Field(
+        description="max over steps of live bytes (aligned): no layout of this schedule is smaller"
+    )
+    persistent_bytes: int = Field(description="bytes of the persistent zone (state, constants)")
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = PLAN_SCHEMA_VERSION
+    plan_id: str
+    planner_version: str
+    model_sha256: str
+    request: PlanRequest
+    devices: list[DevicePlan]
+    buffers: list[BufferSpec]
+    steps: list[Step]
+    graph_inputs: dict[str, str]
+    graph_outputs: dict[str, str]
+    constants: dict[str, str]
+    state_updates: dict[str, str]
+    predicted_seconds: float | None = Field(
+        default=None, description="step time predicted from the profile (None without costs)"
+    )
+    solvers: list[SolverReport] = Field(default_factory=list)
