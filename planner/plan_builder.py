@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.graph import Graph, TensorRole
+from planner.graph import Graph
 from planner.layout import Buffer, Layout, plan_layout
 from planner.schedule import Compute, Copy, Free, Schedule
 from planner.state_updates import state_updates
@@ -215,7 +215,5 @@ def _persistent_ids(graph: Graph, buffers, persistent_tensors) -> set[str]:
         b.id
         for b in buffers.values()
         if b.preloaded
-        and (b.tensor in persistent_tensors or graph.tensors[b.tensor].is_initializer
-             or graph.tensors[b.tensor].role in (TensorRole.PARAMETER,
-                                                 TensorRole.OPTIMIZER_STATE, TensorRole.BUFFER))
+        and (b.tensor in persistent_tensors or graph.tensors[b.tensor].is_initializer)
     }
