@@ -1,0 +1,135 @@
+"""What the plan endpoints do, behind the thin routers: submit, wait, answer, list.
+
+A submission is recorded in the store (job + who may see it) before anything is answered; the
+plan id is deterministic (`schemas.plan.compute_plan_id`), so a repeat of the same model bytes
+and request finds the stored plan and answers it without solving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from planner.version import PLANNER_VERSION
+from schemas.plan import canonical_request_json, compute_plan_id
+from schemas.service import PlanList, PlanProgress, PlanStatus
+from service.errors import ApiProblem, failed_job_response, stored_error
+from service.jobs import JobEvents, JobRunner
+from service.metrics import ServiceMetrics
+from service.settings import Settings
+from service.store import JobView, QueueFullError, Store
+from service.upload import PlanUpload
+
+STORE_RECHECK_S = 1.0  # waiters re-read the store this often (jobs finished by other instances)
+
+
+def _when(timestamp: float | None) -> datetime | None:
+    return None if timestamp is None else datetime.fromtimestamp(timestamp, tz=timezone.utc)
+
+
+class PlanService:
+    def __init__(self, settings: Settings, store: Store, runner: JobRunner, events: JobEvents,
+                 metrics: ServiceMetrics):
+        self.settings, self.store, self.runner = settings, store, runner
+        self.events, self.metrics = events, metrics
+        self.stopping = asyncio.Event()
+
+    # --- POST /plan ------------------------------------------------------------------------
+
+    async def submit(self, upload: PlanUpload, namespace: str | None, wait_s: float | None,
+                     url_of: Callable[[str], str]) -> Response:
+        plan_id = compute_plan_id(upload.model_sha256, upload.request, PLANNER_VERSION)
+        known = await run_in_threadpool(self.store.get, plan_id, namespace)
+        if known is not None and (known.state == "done"
+                                  or (known.state == "failed" and not known.retryable)):
+            # Stored and visible to this caller: answered from the store, nothing written.
+            self.metrics.submissions.inc(outcome="cached" if known.state == "done" else
+                                         "existing")
+            return await self._answer(known, url_of(plan_id))
+        await run_in_threadpool(self.store.record_model, upload.model_sha256, upload.model_bytes)
+        try:
+            submitted = await run_in_threadpool(
+                self.store.submit, plan_id, upload.model_sha256, PLANNER_VERSION,
+                canonical_request_json(upload.request), namespace, self.settings.max_queued,
+            )
+        except QueueFullError as exc:
+            raise ApiProblem(429, "busy", f"the service is full ({exc}); retry later",
+                             headers={"Retry-After": "30"}) from None
+        job = submitted.job
+        outcome = submitted.outcome
+        if outcome == "existing" and job.state == "done":
+            outcome = "cached"
+        self.metrics.submissions.inc(outcome=outcome)
+        if outcome in ("new", "requeued"):
+            self.runner.wake()
+        if not job.final:
+            wait = self.settings.default_wait_s if wait_s is None else wait_s
+            job = await self._wait_final(plan_id, min(wait, self.settings.max_wait_s), job)
+        return await self._answer(job, url_of(plan_id))
+
+    async def _wait_final(self, plan_id: str, wait_s: float, job: JobView) -> JobView:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        with self.events.subscribe(plan_id) as finished:
+            while True:
+                job = await run_in_threadpool(self.store.get, plan_id, None) or job
+                remaining = deadline - loop.time()
+                if job.final or remaining <= 0 or self.stopping.is_set():
+                    return job
+                try:
+                    await asyncio.wait_for(finished.wait(), min(remaining, STORE_RECHECK_S))
+                except asyncio.TimeoutError:
+                    pass
+
+    # --- GET /plans/{id} --------------------------------------------------------------------
+
+    async def get(self, plan_id: str, namespace: str | None, url: str) -> Response:
+        job = await run_in_threadpool(self.store.get, plan_id, namespace)
+        if job is None:
+            raise ApiProblem(404, "not_found", f"no plan {plan_id} here; submit the model and "
+                             "request with POST /plan (plan ids come from "
+                             "`arenaplan plan-id`, or the answer to POST /plan)",
+                             plan_id=plan_id)
+        return await self._answer(job, url)
+
+    async def _answer(self, job: JobView, url: str) -> Response:
+        if job.state == "done":
+            plan_json = await run_in_threadpool(self.store.plan_json, job.plan_id)
+            return Response(plan_json, media_type="application/json")
+        if job.state == "failed":
+            return failed_job_response(job.error or {}, job.error_status or 409)
+        status = self.status_of(job, url)
+        return JSONResponse(status.model_dump(mode="json"), status_code=202,
+                            headers={"Location": url, "Retry-After": "1"})
+
+    def status_of(self, job: JobView, url: str) -> PlanStatus:
+        progress = None
+        if job.state == "running" and job.started_at is not None:
+            raw = job.progress or {"phase": "start", "info": {}}
+            progress = PlanProgress(
+                phase=str(raw.get("phase", "start")),
+                best_objective=raw.get("best_objective"), bound=raw.get("bound"),
+                elapsed_s=max(0.0, time.time() - job.started_at), info=raw.get("info") or {},
+            )
+        error = None
+        if job.state == "failed" and job.error:
+            error = stored_error(job.error)
+        return PlanStatus(
+            plan_id=job.plan_id, model_sha256=job.model_sha256,
+            planner_version=job.planner_version, status=job.state, url=url,
+            created_at=_when(job.created_at), started_at=_when(job.started_at),
+            finished_at=_when(job.finished_at), attempts=job.attempts, progress=progress,
+            solve_seconds=job.solve_seconds, note=job.note, error=error,
+        )
+
+    # --- GET /plans -------------------------------------------------------------------------
+
+    async def list(self, namespace: str | None, model_sha256: str | None, limit: int,
+                   url_of: Callable[[str], str]) -> PlanList:
+        jobs = await run_in_threadpool(self.store.list, namespace, model_sha256, limit)
+        return PlanList(plans=[self.status_of(job, url_of(job.plan_id)) for job in jobs])

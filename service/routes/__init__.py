@@ -1,0 +1,1 @@
+"""The HTTP routers: thin, they parse and authenticate, then call `service.plan_service`."""

@@ -1,0 +1,125 @@
+"""`POST /plan`, `GET /plans/{id}`, `GET /plans`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response
+
+from schemas.plan import Plan
+from schemas.service import ApiError, PlanList, PlanStatus
+from service.auth import NamespaceDep, SettingsDep
+from service.errors import ApiProblem
+from service.routes.deps import BlobsDep, PlansDep
+from service.upload import read_plan_upload
+
+router = APIRouter(tags=["plans"])
+
+PLAN_ID_PATTERN = r"^[0-9a-f]{32}$"
+ERRORS = {
+    401: {"model": ApiError, "description": "missing or unknown API key"},
+    404: {"model": ApiError, "description": "no such plan visible to this key"},
+}
+FAILED = {
+    409: {"model": ApiError,
+          "description": "no plan: infeasible budget (with smallest_feasible_bytes), time "
+          "limit, solver crash or interruption"},
+    422: {"model": ApiError, "description": "invalid model or request: the detail says what "
+          "to change"},
+}
+MULTIPART_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["model", "request"],
+                    "properties": {
+                        "model": {"type": "string", "format": "binary",
+                                  "description": "the ONNX training graph"},
+                        "request": {"$ref": "#/components/schemas/PlanRequest"},
+                    },
+                },
+                "encoding": {"request": {"contentType": "application/json"}},
+            }
+        },
+    }
+}
+
+
+def _url_of(request: Request):
+    return lambda plan_id: str(request.url_for("get_plan", plan_id=plan_id))
+
+
+@router.post(
+    "/plan",
+    summary="Plan a training step: upload the model and the request",
+    response_class=Response,
+    responses={
+        200: {"model": Plan, "description": "the plan (ready within `wait`, or stored)"},
+        202: {"model": PlanStatus, "description": "accepted, still solving: GET its url"},
+        400: {"model": ApiError, "description": "malformed multipart body"},
+        401: ERRORS[401],
+        413: {"model": ApiError, "description": "upload over the size limit"},
+        415: {"model": ApiError, "description": "not multipart/form-data"},
+        429: {"model": ApiError, "description": "too many queued jobs"},
+        **FAILED,
+    },
+    openapi_extra=MULTIPART_BODY,
+)
+async def submit_plan(
+    request: Request,
+    namespace: NamespaceDep,
+    settings: SettingsDep,
+    blobs: BlobsDep,
+    plans: PlansDep,
+    wait: Annotated[float | None, Query(
+        ge=0, description="seconds to wait for the plan before answering 202 "
+        "(default 30, capped by the server)")] = None,
+) -> Response:
+    upload = await read_plan_upload(request, settings, blobs)
+    return await plans.submit(upload, namespace, wait, _url_of(request))
+
+
+@router.get(
+    "/plans/{plan_id}",
+    name="get_plan",
+    summary="A plan by id: 200 done, 202 solving, 404 unknown, 409/422 failed",
+    response_class=Response,
+    responses={
+        200: {"model": Plan, "description": "the plan"},
+        202: {"model": PlanStatus, "description": "queued or solving, with progress"},
+        **ERRORS, **FAILED,
+    },
+)
+async def get_plan(
+    request: Request,
+    plan_id: Annotated[str, Path(description="32 hex digits (`arenaplan plan-id` computes it)")],
+    namespace: NamespaceDep,
+    plans: PlansDep,
+) -> Response:
+    if not plan_id.isascii() or len(plan_id) != 32 or not all(
+            c in "0123456789abcdef" for c in plan_id):
+        raise ApiProblem(404, "not_found", f"{plan_id[:80]!r} is not a plan id: plan ids are "
+                         "32 lowercase hex digits")
+    return await plans.get(plan_id, namespace, str(request.url_for("get_plan",
+                                                                    plan_id=plan_id)))
+
+
+@router.get(
+    "/plans",
+    summary="Plans visible to the caller, newest first, optionally of one model",
+    response_model=PlanList,
+    responses=ERRORS,
+)
+async def list_plans(
+    request: Request,
+    namespace: NamespaceDep,
+    plans: PlansDep,
+    model_sha256: Annotated[str | None, Query(
+        pattern=r"^[0-9a-f]{64}$", description="sha256 of the model bytes (hex)")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> PlanList:
+    return await plans.list(namespace, model_sha256, limit, _url_of(request))

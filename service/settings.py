@@ -1,0 +1,207 @@
+"""Every setting of the service, read from the environment in this one place.
+
+Variables (all optional; `arenaplan serve` options override them):
+
+| variable | default | meaning |
+|---|---|---|
+| ARENAPLAN_DATA_DIR | $XDG_DATA_HOME/arenaplan (~/.local/share/arenaplan) | SQLite, models |
+| ARENAPLAN_DB | DATA_DIR/arenaplan.db | a SQLite file path or any SQLAlchemy URL |
+| ARENAPLAN_MODEL_DIR | beside the SQLite file, else DATA_DIR/models | content-addressed models |
+| ARENAPLAN_WORKERS | half the CPU cores, at least 1 | solver processes |
+| ARENAPLAN_API_KEYS | none | comma-separated keys, each `KEY` or `NAMESPACE:KEY` |
+| ARENAPLAN_API_KEYS_FILE | none | a file with one key per line, same syntax, `#` comments |
+| ARENAPLAN_MAX_UPLOAD_BYTES | 512 MiB | largest model accepted |
+| ARENAPLAN_MAX_REQUEST_BYTES | 64 MiB | largest request JSON (it may carry a profile) |
+| ARENAPLAN_DEFAULT_WAIT_S / ARENAPLAN_MAX_WAIT_S | 30 / 600 | `?wait=` of POST /plan |
+| ARENAPLAN_MAX_TIME_LIMIT_S | 3600 | largest `time_limit_s` a request may ask for |
+| ARENAPLAN_JOB_GRACE_S | 120 | a job is killed `time_limit_s` + this many seconds after it starts |
+| ARENAPLAN_JOB_TIMEOUT_S | 3900 | ... and never later than this |
+| ARENAPLAN_MAX_ATTEMPTS | 2 | runs of a job interrupted by restarts before it is marked failed |
+| ARENAPLAN_LEASE_S | 20 | a running job whose instance stopped heart-beating is re-queued |
+| ARENAPLAN_MAX_QUEUED | 1000 | queued jobs beyond which POST /plan answers 429 |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas.errors import ArenaplanError
+
+ENV_PREFIX = "ARENAPLAN_"
+MiB = 2**20
+
+
+def default_data_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "arenaplan"
+
+
+def default_workers() -> int:
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+class Settings(BaseModel):
+    """The service's configuration; build it with `load_settings`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_dir: Path
+    database_url: str
+    model_dir: Path
+    workers: int = Field(default_factory=default_workers, ge=1, le=256)
+    api_keys: dict[str, str] = Field(
+        default_factory=dict, description="API key -> namespace; empty: no authentication"
+    )
+    max_upload_bytes: int = Field(default=512 * MiB, ge=1)
+    max_request_bytes: int = Field(default=64 * MiB, ge=1024)
+    default_wait_s: float = Field(default=30.0, ge=0)
+    max_wait_s: float = Field(default=600.0, ge=0)
+    max_time_limit_s: float = Field(default=3600.0, gt=0)
+    job_grace_s: float = Field(default=120.0, ge=0)
+    job_timeout_s: float = Field(default=3900.0, gt=0)
+    max_attempts: int = Field(default=2, ge=1)
+    lease_s: float = Field(default=20.0, gt=0)
+    max_queued: int = Field(default=1000, ge=1)
+    worker_start_timeout_s: float = Field(default=120.0, gt=0)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys)
+
+    def job_time_limit(self, request_time_limit_s: float) -> float:
+        """Wall-clock seconds a job may run before its solver process is killed."""
+        return min(self.job_timeout_s, request_time_limit_s + self.job_grace_s)
+
+
+_FIELD_ENV = {
+    "workers": "WORKERS",
+    "max_upload_bytes": "MAX_UPLOAD_BYTES",
+    "max_request_bytes": "MAX_REQUEST_BYTES",
+    "default_wait_s": "DEFAULT_WAIT_S",
+    "max_wait_s": "MAX_WAIT_S",
+    "max_time_limit_s": "MAX_TIME_LIMIT_S",
+    "job_grace_s": "JOB_GRACE_S",
+    "job_timeout_s": "JOB_TIMEOUT_S",
+    "max_attempts": "MAX_ATTEMPTS",
+    "lease_s": "LEASE_S",
+    "max_queued": "MAX_QUEUED",
+    "worker_start_timeout_s": "WORKER_START_TIMEOUT_S",
+}
+
+
+def database_url_for(db: str) -> str:
+    """`--db` value -> SQLAlchemy URL: URLs pass through, anything else is a SQLite file path."""
+    if "://" in db:
+        return db
+    return f"sqlite:///{Path(db).expanduser().resolve()}"
+
+
+def sqlite_path(database_url: str) -> Path | None:
+    prefix = "sqlite:///"
+    if database_url.startswith(prefix) and database_url != prefix + ":memory:":
+        return Path(database_url[len(prefix):])
+    return None
+
+
+def parse_api_keys(text: str, source: str) -> dict[str, str]:
+    """`KEY` or `NAMESPACE:KEY` per line (or comma); `#` starts a comment. Key -> namespace."""
+    keys: dict[str, str] = {}
+    for raw in text.replace(",", "\n").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        namespace, sep, key = line.partition(":")
+        if not sep:
+            namespace, key = "", line
+        namespace, key = namespace.strip(), key.strip()
+        if len(key) < 8 or any(c.isspace() for c in key):
+            raise ArenaplanError(
+                f"{source}: API keys need at least 8 characters and no spaces; fix or remove "
+                f"the entry starting {key[:3]!r}"
+            )
+        keys[key] = namespace or _anonymous_namespace(key)
+    return keys
+
+
+def _anonymous_namespace(key: str) -> str:
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def read_api_keys_file(path: str | Path) -> dict[str, str]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ArenaplanError(f"cannot read the API keys file {path}: {exc.strerror}") from None
+    keys = parse_api_keys(text, str(path))
+    if not keys:
+        raise ArenaplanError(f"the API keys file {path} holds no key")
+    return keys
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Settings from the environment (`ARENAPLAN_*`), then explicit overrides (None = unset).
+
+    Overrides accept the field names of `Settings`, plus `db` (path or URL) and
+    `api_keys_file`. Raises `ArenaplanError` naming the bad variable or value.
+    """
+    env = dict(os.environ if env is None else env)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    values: dict[str, object] = {}
+    for field, name in _FIELD_ENV.items():
+        if ENV_PREFIX + name in env:
+            values[field] = env[ENV_PREFIX + name]
+    data_dir = Path(str(given.pop("data_dir", None) or env.get(ENV_PREFIX + "DATA_DIR")
+                        or default_data_dir(env))).expanduser()
+    db = given.pop("db", None) or env.get(ENV_PREFIX + "DB") or str(data_dir / "arenaplan.db")
+    database_url = database_url_for(str(db))
+    model_dir = given.pop("model_dir", None) or env.get(ENV_PREFIX + "MODEL_DIR")
+    if model_dir is None:
+        db_file = sqlite_path(database_url)
+        model_dir = db_file.parent / "models" if db_file else data_dir / "models"
+    keys: dict[str, str] = {}
+    if env.get(ENV_PREFIX + "API_KEYS"):
+        keys.update(parse_api_keys(env[ENV_PREFIX + "API_KEYS"], ENV_PREFIX + "API_KEYS"))
+    keys_file = given.pop("api_keys_file", None) or env.get(ENV_PREFIX + "API_KEYS_FILE")
+    if keys_file:
+        keys.update(read_api_keys_file(str(keys_file)))
+    values.update(given)
+    values.setdefault("api_keys", keys)
+    try:
+        return Settings(data_dir=data_dir, database_url=database_url,
+                        model_dir=Path(str(model_dir)).expanduser(), **values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ArenaplanError(f"bad service setting: {problems}") from None
+
+
+def _env_name(loc: tuple) -> str:
+    field = str(loc[0]) if loc else "?"
+    return ENV_PREFIX + _FIELD_ENV[field] if field in _FIELD_ENV else field
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_allowed(host: str, settings: Settings, allow_public_without_keys: bool) -> None:
+    """Refuse to serve a non-loopback address without API keys, unless explicitly allowed."""
+    if is_loopback(host) or settings.auth_enabled or allow_public_without_keys:
+        return
+    raise ArenaplanError(
+        f"refusing to listen on {host} without API keys: anyone who can reach it could submit "
+        "jobs and read every plan. Configure keys (--api-keys-file F or ARENAPLAN_API_KEYS), "
+        "bind 127.0.0.1, or pass --allow-public-without-keys if the network is trusted"
+    )
