@@ -19,7 +19,7 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,export]'
+	$(BIN)/pip install -q -e '.[dev,export,report]'
 	touch $@ $(STAMP_RUN)
 
 # The planning service on http://127.0.0.1:8000 (docs at /docs), SQLite store and models in
@@ -45,3 +45,16 @@ schemas: $(STAMP_RUN)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+
+# Headless Chromium and its WebDriver for the report's browser test (tests/test_report_browser.py),
+# from Debian packages (root, or sudo). Does nothing when both are already installed.
+.PHONY: browser-deps
+browser-deps:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+		echo "browser-deps: chromium and chromedriver are installed"; \
+	else \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends \
+			chromium chromium-driver; \
+	fi

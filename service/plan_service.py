@@ -11,8 +11,9 @@ import asyncio
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from planner.version import PLANNER_VERSION
@@ -21,6 +22,7 @@ from schemas.service import PlanList, PlanProgress, PlanStatus
 from service.errors import ApiProblem, failed_job_response, stored_error
 from service.jobs import JobEvents, JobRunner
 from service.metrics import ServiceMetrics
+from service.report_view import render_stored_report
 from service.settings import Settings
 from service.store import JobView, QueueFullError, Store
 from service.upload import PlanUpload
@@ -89,13 +91,27 @@ class PlanService:
     # --- GET /plans/{id} --------------------------------------------------------------------
 
     async def get(self, plan_id: str, namespace: str | None, url: str) -> Response:
+        return await self._answer(await self._visible_job(plan_id, namespace), url)
+
+    async def report(self, plan_id: str, namespace: str | None, url: str,
+                     model_path: Callable[[str], Path]) -> Response:
+        """The plan's HTML report when it is done; otherwise the same answer as GET /plans/{id}."""
+        job = await self._visible_job(plan_id, namespace)
+        if job.state != "done":
+            return await self._answer(job, url)
+        plan_json = await run_in_threadpool(self.store.plan_json, job.plan_id)
+        html = await run_in_threadpool(render_stored_report, plan_json,
+                                       model_path(job.model_sha256))
+        return HTMLResponse(html)
+
+    async def _visible_job(self, plan_id: str, namespace: str | None) -> JobView:
         job = await run_in_threadpool(self.store.get, plan_id, namespace)
         if job is None:
             raise ApiProblem(404, "not_found", f"no plan {plan_id} here; submit the model and "
                              "request with POST /plan (plan ids come from "
                              "`arenaplan plan-id`, or the answer to POST /plan)",
                              plan_id=plan_id)
-        return await self._answer(job, url)
+        return job
 
     async def _answer(self, job: JobView, url: str) -> Response:
         if job.state == "done":

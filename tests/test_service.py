@@ -102,6 +102,18 @@ def test_repeat_request_returns_the_stored_plan_without_solving(server):
     assert get(server.url, "/plans", params={"model_sha256": "abc"}).status_code == 422
 
 
+def test_the_report_of_a_plan_is_served_as_html(server):
+    answer = submit(server.url, model_path("mlp_sgd"), request_json(time_limit_s=1, seed=12))
+    assert answer.status_code == 200, answer.text[:300]
+    plan_id = answer.json()["plan_id"]
+    page = get(server.url, f"/plans/{plan_id}/report")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert plan_id in page.text and "<svg" in page.text and "forward" in page.text
+    assert "http://" not in page.text.replace("http://www.w3.org", "")  # self-contained
+    assert get(server.url, "/plans/" + "0" * 32 + "/report").status_code == 404
+
+
 def test_fetch_by_id_from_the_command_line(server, tmp_path):
     model = str(model_path("cnn_bn_momentum"))
     options = ["--budget", "cpu=1TiB", "--time-limit", "1", "--seed", "3"]

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "arenaplan.cli.serve_cmd",
     "arenaplan.cli.plan_id_cmd",
     "arenaplan.cli.fetch_cmd",
+    "arenaplan.cli.report_cmd",
 )
 
 

@@ -16,7 +16,6 @@ from service.upload import read_plan_upload
 
 router = APIRouter(tags=["plans"])
 
-PLAN_ID_PATTERN = r"^[0-9a-f]{32}$"
 ERRORS = {
     401: {"model": ApiError, "description": "missing or unknown API key"},
     404: {"model": ApiError, "description": "no such plan visible to this key"},
@@ -47,6 +46,13 @@ MULTIPART_BODY = {
         },
     }
 }
+
+
+def _check_plan_id(plan_id: str) -> None:
+    if not plan_id.isascii() or len(plan_id) != 32 or not all(
+            c in "0123456789abcdef" for c in plan_id):
+        raise ApiProblem(404, "not_found", f"{plan_id[:80]!r} is not a plan id: plan ids are "
+                         "32 lowercase hex digits")
 
 
 def _url_of(request: Request):
@@ -100,12 +106,31 @@ async def get_plan(
     namespace: NamespaceDep,
     plans: PlansDep,
 ) -> Response:
-    if not plan_id.isascii() or len(plan_id) != 32 or not all(
-            c in "0123456789abcdef" for c in plan_id):
-        raise ApiProblem(404, "not_found", f"{plan_id[:80]!r} is not a plan id: plan ids are "
-                         "32 lowercase hex digits")
+    _check_plan_id(plan_id)
     return await plans.get(plan_id, namespace, str(request.url_for("get_plan",
                                                                     plan_id=plan_id)))
+
+
+@router.get(
+    "/plans/{plan_id}/report",
+    summary="The plan as a self-contained HTML report (memory curves, matrices, arena map)",
+    response_class=Response,
+    responses={
+        200: {"content": {"text/html": {}}, "description": "the report page"},
+        202: {"model": PlanStatus, "description": "queued or solving, with progress"},
+        **ERRORS, **FAILED,
+    },
+)
+async def get_plan_report(
+    request: Request,
+    plan_id: Annotated[str, Path(description="32 hex digits")],
+    namespace: NamespaceDep,
+    plans: PlansDep,
+    blobs: BlobsDep,
+) -> Response:
+    _check_plan_id(plan_id)
+    return await plans.report(plan_id, namespace,
+                              str(request.url_for("get_plan", plan_id=plan_id)), blobs.path_for)
 
 
 @router.get(
