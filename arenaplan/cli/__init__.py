@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "arenaplan.cli.demo_cmd",
     "arenaplan.cli.profile_cmd",
     "arenaplan.cli.export_cmd",
+    "arenaplan.cli.run_cmd",
     "arenaplan.cli.serve_cmd",
     "arenaplan.cli.plan_id_cmd",
     "arenaplan.cli.fetch_cmd",

@@ -1,0 +1,241 @@
+"""`arenaplan run MODEL.onnx --plan plan.json [--steps N] [--check]`: train in the plan's arenas.
+
+Executes N training steps of the plan with the bundled runtime (one fixed arena per device, every
+kernel writing into its planned slice), printing the loss and time of every step, the arena bytes
+per device and the peak resident memory growth over the steps. With --check every step is also
+run by one whole-graph ONNX Runtime session on the same inputs (state fed back on both sides) and
+the largest absolute difference over all outputs is reported; the exit code is 1 when it exceeds
+--tolerance. The plan comes from a file or from a server (--server URL --plan-id ID).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from arenaplan.cli.common import EXIT_OK
+
+EXIT_CHECK_FAILED = 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run", help="run training steps of a plan inside its fixed arenas (the bundled runtime)",
+        description=__doc__.splitlines()[0] + " Exit 0 on success, 1 when --check finds a "
+        "difference above --tolerance, 2 when the plan cannot run (other model, unknown schema "
+        "version, over-budget arena, invalid plan, missing device, bad inputs, server refusal).",
+    )
+    parser.add_argument("model", help="the ONNX training graph the plan was made for")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--plan", help="plan JSON file (from `arenaplan plan -o`)")
+    source.add_argument("--server", metavar="URL", help="plan server, e.g. http://host:8000")
+    parser.add_argument("--plan-id", help="plan id to fetch from --server")
+    parser.add_argument("--api-key", help="bearer token for --server (default: "
+                        "$ARENAPLAN_API_KEY)")
+    parser.add_argument("--wait", type=float, default=0.0, metavar="S",
+                        help="keep polling a plan the server is still solving for up to S s")
+    parser.add_argument("--steps", type=int, default=1, help="training steps to run (default 1)")
+    parser.add_argument("--inputs", metavar="NPZ",
+                        help="values for every graph input (default: generated, see "
+                        "runtime.inputs)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
+    parser.add_argument("--check", action="store_true",
+                        help="compare every output of every step with a whole-graph ONNX "
+                        "Runtime session")
+    parser.add_argument("--tolerance", type=float, default=1e-5,
+                        help="largest max-abs difference --check accepts (default 1e-5)")
+    parser.add_argument("--loss", help="output to print as the loss (default: the first scalar "
+                        "float output that is not a state update)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="one ONNX Runtime session per op instead of per segment of ops")
+    parser.add_argument("--optimization", default="disable",
+                        choices=["disable", "basic", "extended", "all"],
+                        help="onnxruntime graph optimization level of the kernel sessions "
+                        "(default disable)")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="skip the planner's validator (the runtime's own structural check "
+                        "always runs)")
+    parser.add_argument("--json", action="store_true", help="print one JSON report instead")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from runtime.errors import InputValuesError
+    from runtime.executor import ExecutorOptions, PlanExecutor
+    from runtime.inputs import generated_inputs, loss_output, read_npz
+    from runtime.measure import PeakGrowth
+    from runtime.model import read_model
+    from runtime.reference import ReferenceSession, compare_outputs
+
+    if args.steps < 1:
+        raise InputValuesError("--steps must be at least 1")
+    if args.threads < 1:
+        raise InputValuesError("--threads must be at least 1")
+    model = read_model(args.model)
+    plan = _load_plan(args)
+    validator = None if args.no_validate else _planner_validator(Path(args.model))
+    executor = PlanExecutor(
+        model, plan, validator=validator,
+        options=ExecutorOptions(threads=args.threads, optimization=args.optimization,
+                                fuse=not args.no_fuse),
+    )
+    values = read_npz(args.inputs, model) if args.inputs else generated_inputs(plan, args.seed)
+    loss_name = loss_output(plan, args.loss)
+    reference = None
+    if args.check:
+        reference = ReferenceSession(model, plan.state_updates, threads=args.threads,
+                                     optimization=args.optimization)
+        reference.load_inputs(values)
+    executor.load_inputs(values)
+
+    say = (lambda *a: None) if args.json else print
+    say(f"plan {plan.plan_id}: {len(plan.steps)} steps "
+        f"({_count(plan, 'compute')} compute, {_count(plan, 'recompute')} recomputed, "
+        f"{_count(plan, 'copy')} copies); {executor.segment_count} segments of compute steps "
+        f"run by {executor.session_count} ONNX Runtime sessions")
+    for device, size in executor.arena_bytes.items():
+        say(f"  {device}: arena {_fmt_bytes(size)} ({size} B), allocated once")
+    rows = []
+    growth: list[int] = []  # peak RSS growth of each runtime step alone (not the reference's)
+    reset_ok = True
+    for k in range(args.steps):
+        memory = PeakGrowth.start()
+        seconds = executor.step()
+        growth.append(memory.sample())
+        reset_ok = reset_ok and memory.reset_ok
+        row: dict = {"step": k + 1, "seconds": seconds, "peak_rss_growth_bytes": growth[-1]}
+        if loss_name is not None:
+            row["loss"] = float(executor.output(loss_name).reshape(-1)[0])
+        if reference is not None:
+            row["reference_seconds"] = reference.step()
+            diffs = compare_outputs(executor.outputs(), reference.last)
+            worst = max(diffs, key=diffs.get)
+            row["max_abs_diff"] = diffs[worst]
+            row["worst_output"] = worst
+            if loss_name is not None:
+                row["reference_loss"] = float(reference.last[loss_name].reshape(-1)[0])
+        rows.append(row)
+        say(_step_line(row, args.steps))
+
+    report = _report(args, plan, executor, rows, growth, reset_ok, loss_name)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        _print_summary(report)
+    if args.check and not report["check_ok"]:
+        print(f"arenaplan: check failed: max abs difference {report['max_abs_diff']:.3g} "
+              f"> tolerance {args.tolerance:g}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
+
+
+def _load_plan(args: argparse.Namespace):
+    from runtime.client import fetch_plan
+    from runtime.errors import PlanFetchError
+    from runtime.plan_io import read_plan
+
+    if args.plan:
+        if args.plan_id:
+            raise PlanFetchError("--plan-id goes with --server, not with --plan")
+        return read_plan(args.plan)
+    if not args.plan_id:
+        raise PlanFetchError("--server needs --plan-id ID (the id `arenaplan plan` or the "
+                             "service reported)")
+    return fetch_plan(args.server, args.plan_id, api_key=args.api_key, wait_s=args.wait)
+
+
+def _planner_validator(model_path: Path):
+    """The planner's independent validator, loaded only once the runtime's own checks pass.
+
+    The runtime never imports the planner; the CLI may, and injects it."""
+
+    def validate(plan) -> list[str]:
+        from planner.graph import load_graph
+        from planner.validate import validate_plan
+
+        graph = load_graph(model_path, dims=plan.request.dims)
+        return list(validate_plan(graph, plan).errors)
+
+    return validate
+
+
+def _count(plan, kind: str) -> int:
+    if kind == "recompute":
+        return sum(1 for s in plan.steps if s.kind == "compute" and s.recompute)
+    return sum(1 for s in plan.steps if s.kind == kind)
+
+
+def _step_line(row: dict, total: int) -> str:
+    parts = [f"step {row['step']}/{total}:"]
+    if "loss" in row:
+        parts.append(f"loss {row['loss']:.6f}")
+    parts.append(f"{row['seconds'] * 1e3:.2f} ms")
+    if "max_abs_diff" in row:
+        parts.append(f"(ONNX Runtime: {row['reference_seconds'] * 1e3:.2f} ms, max abs diff "
+                     f"{row['max_abs_diff']:.2e} in {row['worst_output']})")
+    return " ".join(parts)
+
+
+def _report(args, plan, executor, rows, growth, reset_ok, loss_name) -> dict:
+    median = statistics.median(r["seconds"] for r in rows)
+    report = {
+        "plan_id": plan.plan_id,
+        "model_sha256": plan.model_sha256,
+        "steps": rows,
+        "loss_output": loss_name,
+        "arena_bytes": executor.arena_bytes,
+        "segments": executor.segment_count,
+        "sessions": executor.session_count,
+        "median_step_seconds": median,
+        "predicted_step_seconds": plan.predicted_seconds,
+        "peak_rss_growth_first_step_bytes": growth[0],
+        "peak_rss_growth_later_steps_bytes": max(growth[1:], default=None),
+        "peak_rss_measured_per_step": reset_ok,
+    }
+    if args.check:
+        worst = max(r["max_abs_diff"] for r in rows)
+        ref_median = statistics.median(r["reference_seconds"] for r in rows)
+        report.update({
+            "reference_median_step_seconds": ref_median,
+            "time_vs_reference": median / ref_median if ref_median > 0 else None,
+            "max_abs_diff": worst,
+            "tolerance": args.tolerance,
+            "check_ok": worst <= args.tolerance,
+        })
+    return report
+
+
+def _print_summary(report: dict) -> None:
+    line = f"median step time {report['median_step_seconds'] * 1e3:.2f} ms"
+    if report["predicted_step_seconds"] is not None:
+        line += f" (plan predicted {report['predicted_step_seconds'] * 1e3:.2f} ms)"
+    if "reference_median_step_seconds" in report:
+        line += (f"; whole-graph ONNX Runtime {report['reference_median_step_seconds'] * 1e3:.2f}"
+                 f" ms ({report['time_vs_reference']:.2f}x)")
+    print(line)
+    arenas = _fmt_bytes(sum(report["arena_bytes"].values()))
+    if report["peak_rss_measured_per_step"]:
+        first = _fmt_bytes(report["peak_rss_growth_first_step_bytes"])
+        later = report["peak_rss_growth_later_steps_bytes"]
+        print(f"peak RSS growth of a step: first {first} (touches the arenas, {arenas}, "
+              "allocated before)"
+              + ("" if later is None else f", later steps at most {_fmt_bytes(later)}"))
+    else:
+        print(f"peak RSS: this OS does not let a process reset its peak (arenas {arenas})")
+    if "max_abs_diff" in report:
+        verdict = "ok" if report["check_ok"] else "FAILED"
+        print(f"check {verdict}: max abs difference {report['max_abs_diff']:.2e} over every "
+              f"output of every step (tolerance {report['tolerance']:g})")
+
+
+def _fmt_bytes(n: int | float) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

@@ -1,0 +1,71 @@
+"""What a process really uses: resident memory now, its peak, and the peak's growth over a span.
+
+Linux keeps the peak resident set (VmHWM in /proc/self/status) and lets a process reset it by
+writing "5" to /proc/self/clear_refs, so the peak of a span of work (e.g. N training steps) can be
+measured in-process. Where that is not possible the peak since process start is reported and
+marked as such. glibc's malloc makes these figures noisy (REFERENCES.md: ~10% between identical
+runs); the arena bytes the runtime allocates itself are the exact figure.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_kib(key: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def rss_bytes() -> int:
+    kib = _status_kib("VmRSS")
+    return kib * 1024 if kib is not None else 0
+
+
+def peak_rss_bytes() -> int:
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def reset_peak_rss() -> bool:
+    """Make the peak equal the current resident set; False where the OS does not allow it."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class PeakGrowth:
+    """Peak resident set growth over a span of work, sampled after each unit of it."""
+
+    baseline: int = 0
+    reset_ok: bool = False
+    peaks: list[int] = field(default_factory=list)  # peak after each sample, minus baseline
+
+    @classmethod
+    def start(cls) -> PeakGrowth:
+        reset_ok = reset_peak_rss()
+        return cls(baseline=rss_bytes(), reset_ok=reset_ok)
+
+    def sample(self) -> int:
+        growth = peak_rss_bytes() - self.baseline
+        self.peaks.append(growth)
+        return growth
+
+    @property
+    def growth(self) -> int:
+        return max(self.peaks, default=0)

@@ -1,0 +1,150 @@
+"""The runtime's own light reading of an ONNX model: nodes by op id, initializers, value types.
+
+The runtime never imports the planner, so it reads the model itself. Op ids are positions in the
+model's node list after the same topological sort the planner applies (Kahn's algorithm, file
+order breaking ties through a min-heap), after inlining model-local functions as the planner does.
+For a sorted file (every exported model) that is simply the file order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import ModelProto, NodeProto, numpy_helper
+
+from runtime.errors import ModelReadError
+
+
+@dataclass(frozen=True)
+class ValueType:
+    """Element type (onnx.TensorProto enum) and static shape of a graph input or output."""
+
+    elem_type: int
+    shape: tuple[int | None, ...]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(self.elem_type))
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """What the executor needs from a model, read once."""
+
+    sha256: str
+    nodes: tuple[NodeProto, ...]  # index = op id
+    initializers: dict[str, np.ndarray]
+    inputs: dict[str, ValueType]  # graph inputs that are not initializers, in file order
+    outputs: dict[str, ValueType]
+    types: dict[str, ValueType]  # every value whose type ONNX shape inference knows
+    opset_imports: tuple[onnx.OperatorSetIdProto, ...]
+    ir_version: int
+    data: bytes  # the model bytes, for a whole-graph reference session
+
+    def node(self, op_id: int) -> NodeProto:
+        return self.nodes[op_id]
+
+
+def read_model(source: str | Path | bytes) -> RuntimeModel:
+    """Read a model from a path or bytes; a file that is not ONNX is a ModelReadError."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        data = bytes(source)
+    else:
+        try:
+            data = Path(source).read_bytes()
+        except OSError as exc:
+            raise ModelReadError(f"cannot read model {source}: {exc.strerror or exc}") from None
+    proto = ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise ModelReadError(f"these bytes are not an ONNX model ({exc})") from None
+    if not proto.HasField("graph") or not proto.graph.output:
+        raise ModelReadError("these bytes are not an ONNX model (no graph outputs)")
+    if proto.functions:
+        from onnx import inliner
+
+        proto = inliner.inline_local_functions(proto)
+    nodes = sorted_nodes(list(proto.graph.node))
+    graph = proto.graph
+    initializers = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    inputs = {v.name: _value_type(v) for v in graph.input if v.name not in initializers}
+    outputs = {v.name: _value_type(v) for v in graph.output}
+    return RuntimeModel(
+        sha256=hashlib.sha256(data).hexdigest(),
+        nodes=tuple(nodes),
+        initializers=initializers,
+        inputs=inputs,
+        outputs=outputs,
+        types=_inferred_types(proto),
+        opset_imports=tuple(proto.opset_import),
+        ir_version=proto.ir_version,
+        data=data,
+    )
+
+
+def sorted_nodes(nodes: list[NodeProto]) -> list[NodeProto]:
+    """Topological order, stable: Kahn's algorithm with a min-heap on the file position.
+
+    This is the order the planner numbers ops in; a cycle is refused.
+    """
+    producer: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        for name in node.output:
+            if name:
+                producer[name] = index
+    consumers: list[list[int]] = [[] for _ in nodes]
+    indegree = [0] * len(nodes)
+    for index, node in enumerate(nodes):
+        deps = {producer[n] for n in node.input if n in producer and producer[n] != index}
+        indegree[index] = len(deps)
+        for p in deps:
+            consumers[p].append(index)
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for c in consumers[i]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                heapq.heappush(ready, c)
+    if len(order) < len(nodes):
+        raise ModelReadError("the model's graph has a cycle; a training step must be a DAG")
+    return [nodes[i] for i in order]
+
+
+def _inferred_types(proto: ModelProto) -> dict[str, ValueType]:
+    """Types of graph inputs, outputs, initializers and (as far as inference gets) intermediates.
+
+    Used to check that every buffer of a plan holds its tensor's exact dtype and shape; a model
+    inference cannot fully type still runs, the check just covers fewer buffers.
+    """
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001 - inference is a best-effort cross-check here
+        inferred = proto
+    graph = inferred.graph
+    types = {
+        v.name: _value_type(v)
+        for v in [*graph.input, *graph.value_info, *graph.output]
+        if v.type.HasField("tensor_type")
+    }
+    for init in graph.initializer:
+        types[init.name] = ValueType(init.data_type, tuple(int(d) for d in init.dims))
+    return types
+
+
+def _value_type(value: onnx.ValueInfoProto) -> ValueType:
+    tensor_type = value.type.tensor_type
+    shape = tuple(
+        int(d.dim_value) if d.HasField("dim_value") else None for d in tensor_type.shape.dim
+    )
+    return ValueType(elem_type=tensor_type.elem_type, shape=shape)
