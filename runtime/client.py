@@ -1,8 +1,8 @@
 """Fetching a plan from an arenaplan server: `GET {server}/plans/{id}` with the standard library.
 
 The server answers 200 with the plan JSON when it is done, 202 while it is still solving, 404 for
-an id it does not know, and a 4xx with a JSON `detail` when planning failed (e.g. an infeasible
-budget). An API key, from the argument or the ARENAPLAN_API_KEY environment variable, goes in an
+an id it does not know, and a 4xx with a JSON `detail` when planning failed (an infeasible budget
+is raised as `InfeasibleError` with the smallest feasible budget the server named). An API key, from the argument or the ARENAPLAN_API_KEY environment variable, goes in an
 `Authorization: Bearer KEY` header. With `wait_s` the client polls a 202 until the plan is ready
 (honouring the server's Retry-After) or the wait is over.
 """
@@ -18,6 +18,7 @@ import urllib.request
 
 from runtime.errors import PlanFetchError, PlanNotFoundError, PlanNotReadyError
 from runtime.plan_io import parse_plan
+from schemas.errors import InfeasibleError
 from schemas.plan import Plan
 
 API_KEY_ENV = "ARENAPLAN_API_KEY"
@@ -76,6 +77,10 @@ def _get_once(url: str, plan_id: str, key: str | None, timeout_s: float) -> Plan
         raise PlanFetchError(
             f"the server refused access to plan {plan_id} (HTTP {status})"
             f"{f': {detail}' if detail else ''}; pass --api-key or set {API_KEY_ENV}", status)
+    if status == 409 and _error_kind(body) == "infeasible":
+        raise InfeasibleError(f"the server found no plan for {plan_id}: {detail}",
+                              smallest_feasible=_json(body).get("smallest_feasible_bytes"),
+                              is_lower_bound=bool(_json(body).get("is_lower_bound")))
     if 400 <= status < 500:
         raise PlanFetchError(f"the server could not make plan {plan_id} (HTTP {status}): "
                              f"{detail or 'no detail given'}", status)
@@ -83,12 +88,23 @@ def _get_once(url: str, plan_id: str, key: str | None, timeout_s: float) -> Plan
                          f"{f': {detail}' if detail else ''}; try again later", status)
 
 
-def _detail(body: bytes) -> str:
+def _json(body: bytes) -> dict:
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {"detail": data}
+
+
+def _error_kind(body: bytes) -> str | None:
+    return _json(body).get("error")
+
+
+def _detail(body: bytes) -> str:
+    data = _json(body)
+    if not data:
         return body[:200].decode("utf-8", "replace").strip()
-    detail = data.get("detail") if isinstance(data, dict) else data
+    detail = data.get("detail")
     return detail if isinstance(detail, str) else json.dumps(detail)[:300]
 
 
