@@ -2,7 +2,8 @@
 
 The server answers 200 with the plan JSON when it is done, 202 while it is still solving, 404 for
 an id it does not know, and a 4xx with a JSON `detail` when planning failed (an infeasible budget
-is raised as `InfeasibleError` with the smallest feasible budget the server named). An API key, from the argument or the ARENAPLAN_API_KEY environment variable, goes in an
+is raised as `InfeasibleError` with the smallest feasible budget the server named). An API key,
+from the argument or the ARENAPLAN_API_KEY environment variable, goes in an
 `Authorization: Bearer KEY` header. With `wait_s` the client polls a 202 until the plan is ready
 (honouring the server's Retry-After) or the wait is over.
 """
