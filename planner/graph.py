@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -93,12 +94,12 @@ class Op:
     outputs: tuple[int | None, ...]
     region: Region
 
-    @property
+    @cached_property
     def input_ids(self) -> tuple[int, ...]:
         """Distinct present inputs, in positional order."""
         return tuple(dict.fromkeys(t for t in self.inputs if t is not None))
 
-    @property
+    @cached_property
     def output_ids(self) -> tuple[int, ...]:
         return tuple(t for t in self.outputs if t is not None)
 

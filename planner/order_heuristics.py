@@ -57,30 +57,35 @@ def _list_schedule(graph: Graph, priority) -> list[int]:
             if tensors[t].producer is not None:
                 waiting_for[op.id] += 1
 
-    def growth(op_id: int) -> int:
-        op = graph.ops[op_id]
-        allocated = sum(tensors[t].nbytes for t in op.output_ids if t not in updates.in_place)
-        freed = sum(
-            tensors[t].nbytes
-            for t in op.input_ids
-            if remaining_readers[t] == 1 and t not in never_freed
-        )
-        return allocated - freed
+    allocated = [
+        sum(tensors[t].nbytes for t in op.output_ids if t not in updates.in_place)
+        for op in graph.ops
+    ]
+    freeable = [[t for t in op.input_ids if t not in never_freed] for op in graph.ops]
 
-    ready = {op.id for op in graph.ops if waiting_for[op.id] == 0}
+    def priority_of(op_id: int) -> tuple:
+        freed = sum(tensors[t].nbytes for t in freeable[op_id] if remaining_readers[t] == 1)
+        return priority(allocated[op_id] - freed, op_id)
+
+    # Priorities of ready ops, refreshed only when one of their inputs gets its last reader.
+    ready = {op.id: priority_of(op.id) for op in graph.ops if waiting_for[op.id] == 0}
     order: list[int] = []
     while ready:
-        chosen = min(ready, key=lambda o: priority(growth(o), o))
-        ready.remove(chosen)
+        chosen = min(ready, key=ready.__getitem__)
+        del ready[chosen]
         order.append(chosen)
         op = graph.ops[chosen]
         for t in op.input_ids:
             remaining_readers[t] -= 1
+            if remaining_readers[t] == 1:
+                for reader in tensors[t].consumers:
+                    if reader in ready:
+                        ready[reader] = priority_of(reader)
         released = [c for t in op.output_ids for c in tensors[t].consumers] + successors[chosen]
         for follower in released:
             waiting_for[follower] -= 1
             if waiting_for[follower] == 0:
-                ready.add(follower)
+                ready[follower] = priority_of(follower)
     return order
 
 
