@@ -36,6 +36,13 @@ def plan_url(server: str, plan_id: str) -> str:
 def fetch_plan(server: str, plan_id: str, *, api_key: str | None = None, timeout_s: float = 30.0,
                wait_s: float = 0.0, poll_s: float = 1.0) -> Plan:
     """The plan `plan_id` from `server`; typed errors for not ready, unknown and failed plans."""
+    return parse_plan(fetch_plan_bytes(server, plan_id, api_key=api_key, timeout_s=timeout_s,
+                                       wait_s=wait_s, poll_s=poll_s))
+
+
+def fetch_plan_bytes(server: str, plan_id: str, *, api_key: str | None = None,
+                     timeout_s: float = 30.0, wait_s: float = 0.0, poll_s: float = 1.0) -> bytes:
+    """The plan's JSON exactly as the server stored it (so CI can hash or diff it)."""
     url = plan_url(server, plan_id)
     key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
     deadline = time.monotonic() + wait_s
@@ -49,7 +56,7 @@ def fetch_plan(server: str, plan_id: str, *, api_key: str | None = None, timeout
             time.sleep(min(remaining, not_ready.retry_after or poll_s))
 
 
-def _get_once(url: str, plan_id: str, key: str | None, timeout_s: float) -> Plan:
+def _get_once(url: str, plan_id: str, key: str | None, timeout_s: float) -> bytes:
     headers = {"Accept": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
@@ -64,7 +71,7 @@ def _get_once(url: str, plan_id: str, key: str | None, timeout_s: float) -> Plan
         reason = getattr(exc, "reason", exc)
         raise PlanFetchError(f"cannot reach the plan server at {url}: {reason}") from None
     if status == 200:
-        return parse_plan(body)
+        return body
     detail = _detail(body)
     if status == 202:
         raise PlanNotReadyError(

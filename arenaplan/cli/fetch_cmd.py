@@ -46,18 +46,20 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runtime.client import fetch_plan
+    from runtime.client import fetch_plan_bytes
     from runtime.errors import PlanNotReadyError
+    from runtime.plan_io import parse_plan
     from schemas.errors import ArenaplanError
 
     try:
-        plan = fetch_plan(args.server, args.plan_id, api_key=_api_key(args),
-                          timeout_s=args.timeout, wait_s=max(0.0, args.wait))
+        body = fetch_plan_bytes(args.server, args.plan_id, api_key=_api_key(args),
+                                timeout_s=args.timeout, wait_s=max(0.0, args.wait))
     except PlanNotReadyError as exc:
         print(f"arenaplan: {exc}", file=sys.stderr)
         return EXIT_PENDING
+    plan = parse_plan(body)
     if plan.plan_id != args.plan_id:
         raise ArenaplanError(f"the server answered plan {plan.plan_id}, not {args.plan_id}")
-    Path(args.output).write_text(plan.model_dump_json(indent=1))
+    Path(args.output).write_bytes(body)  # byte for byte what the server stored
     print(f"plan {plan.plan_id} written to {args.output}")
     return EXIT_OK
