@@ -19,7 +19,9 @@ MAX_REPORTED_OVERLAPS = 200
 
 
 def check_layout(
-    buffers: Sequence[Buffer], layout: Layout | Mapping[str, int], alignment: int = DEFAULT_ALIGNMENT
+    buffers: Sequence[Buffer],
+    layout: Layout | Mapping[str, int],
+    alignment: int = DEFAULT_ALIGNMENT,
 ) -> list[str]:
     """Violations of ``layout`` (a Layout, or a plain id -> offset mapping with no arena check)."""
     if isinstance(layout, Layout):

@@ -127,7 +127,7 @@ def read_buffers_csv(
 ) -> list[Buffer]:
     """Buffers from a CSV file (see module docstring)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"cannot read buffer CSV {str(path)!r}: {exc}") from None
     return parse_buffers_csv(text, default_alignment=default_alignment, source=str(path))

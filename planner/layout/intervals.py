@@ -36,12 +36,13 @@ def overlapping_in_time(
 
 
 def maximal_cross_sections(
-    lower: np.ndarray, upper: np.ndarray, idx: np.ndarray
-) -> list[list[int]]:
+    lower: np.ndarray, upper: np.ndarray, idx: np.ndarray, max_total: int | None = None
+) -> list[list[int]] | None:
     """The maximal sets of buffers (from ``idx``) live at one common time, in time order.
 
     Sweep over event times; a live set is maximal right before the first end that follows a
-    start. Each returned list is sorted by buffer index.
+    start. Each returned list is sorted by buffer index. Returns None as soon as the sections
+    hold more than ``max_total`` buffers in all.
     """
     if len(idx) == 0:
         return []
@@ -52,10 +53,14 @@ def maximal_cross_sections(
     live: set[int] = set()
     sections: list[list[int]] = []
     grew = False
+    total = 0
     for k in order.tolist():
         if is_end[k]:
             if grew:
                 sections.append(sorted(live))
+                total += len(live)
+                if max_total is not None and total > max_total:
+                    return None
                 grew = False
             live.discard(int(who[k]))
         else:

@@ -21,7 +21,7 @@ import numpy as np
 
 from planner.errors import InfeasibleError, InvalidInputError
 from planner.layout.bounds import live_bound_units
-from planner.layout.exact import ExactOptions, solve_component
+from planner.layout.exact import ExactOptions, decide_component, minimize_component
 from planner.layout.heuristics import HEURISTICS, run_heuristics
 from planner.layout.intervals import time_components
 from planner.layout.problem import LayoutProblem, arena_units, build_problem
@@ -49,24 +49,18 @@ class _Search:
     workers: int
     seed: int
     timed_out: bool = False
-    improved: bool = False
 
     def remaining(self) -> float:
         return self.deadline - time.perf_counter()
 
-    def options(self, seconds: float, decide: bool) -> ExactOptions:
-        return ExactOptions(
-            time_limit=max(0.05, seconds), workers=self.workers, seed=self.seed,
-            stop_at_first_solution=decide,
-        )
+    def options(self, seconds: float) -> ExactOptions:
+        return ExactOptions(time_limit=max(0.05, seconds), workers=self.workers, seed=self.seed)
 
     def component_arena(self, members: np.ndarray) -> int:
         return int((self.offsets[members] + self.problem.size[members]).max())
 
     def accept(self, offsets: dict[int, int]) -> None:
         for i, off in offsets.items():
-            if off != self.offsets[i]:
-                self.improved = True
             self.offsets[i] = off
 
 
@@ -78,13 +72,27 @@ def _components_by_difficulty(search: _Search, above: int) -> list[np.ndarray]:
     return sorted(comps, key=lambda c: (-search.component_arena(c), -len(c), int(c[0])))
 
 
-def _budget(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> float:
-    total = sum(len(c) for c in pending)
-    return search.remaining() * len(comp) / max(1, total)
+def _share(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> float:
+    """This component's share of the remaining time, by its number of buffers."""
+    return search.remaining() * len(comp) / max(1, sum(len(c) for c in pending))
+
+
+def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float) -> str:
+    """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN"."""
+    result = decide_component(search.problem, comp, upper=goal, options=search.options(seconds))
+    if result.arena is not None:
+        search.accept(result.offsets)
+        return "FIT"
+    return result.status
 
 
 def _minimize(search: _Search) -> None:
-    """Lower the arena as far as proven possible within the deadline (no capacity)."""
+    """Lower the arena as far as proven possible within the deadline (no capacity).
+
+    Per component, hardest first: decide at the goal (the proven bound, or the arena another
+    component already needs); if that is not shown, minimize from the current layout. The goal
+    only rises: a component below the arena of another one needs no further work.
+    """
     achieved = search.bound
     comps = _components_by_difficulty(search, search.bound)
     for k, comp in enumerate(comps):
@@ -96,32 +104,25 @@ def _minimize(search: _Search) -> None:
             search.timed_out = True
             achieved = max(achieved, current)
             continue
-        budget = _budget(search, comp, comps[k:])
-        hint = {i: int(search.offsets[i]) for i in comp.tolist()}
-        # decision: does the component fit under the goal?
-        first = solve_component(search.problem, comp, floor=goal, upper=goal, hint=None,
-                                options=search.options(budget * _DECISION_SHARE, decide=True))
-        if first.arena is not None:
-            search.accept(first.offsets)
+        outcome = _decide(search, comp, goal, _share(search, comp, comps[k:]) * _DECISION_SHARE)
+        if outcome == "FIT":
             continue
-        proven_floor = first.status == "INFEASIBLE"
-        floor = goal + 1 if proven_floor else goal
-        if proven_floor:
+        floor = goal
+        if outcome == "INFEASIBLE":
+            floor = goal + 1
             search.bound = max(search.bound, floor)
-        if floor >= current:
-            achieved = max(achieved, current)
-            continue
-        second = solve_component(search.problem, comp, floor=floor, upper=current, hint=hint,
-                                 options=search.options(search.remaining() * len(comp) / max(
-                                     1, sum(len(c) for c in comps[k:])), decide=False))
-        if second.arena is not None and second.arena < current:
-            search.accept(second.offsets)
-            current = second.arena
-        if second.bound > floor:
+        if floor < current and search.remaining() > 0:
+            hint = {i: int(search.offsets[i]) for i in comp.tolist()}
+            second = minimize_component(search.problem, comp, floor=floor, upper=current,
+                                        hint=hint,
+                                        options=search.options(_share(search, comp, comps[k:])))
+            if second.arena is not None and second.arena < current:
+                search.accept(second.offsets)
+                current = second.arena
             search.bound = max(search.bound, second.bound)
-        elif second.status == "INFEASIBLE":  # cannot happen: the hint fits; kept for safety
-            search.bound = max(search.bound, current)
-        if second.timed_out or (first.status == "UNKNOWN" and second.status != "OPTIMAL"):
+            if second.status != "OPTIMAL":
+                search.timed_out = True
+        elif floor < current:
             search.timed_out = True
         achieved = max(achieved, current)
 
@@ -134,15 +135,11 @@ def _fit_capacity(search: _Search, cap: int) -> str:
         if search.remaining() <= 0:
             search.timed_out = True
             return "UNKNOWN"
-        result = solve_component(search.problem, comp, floor=search.bound, upper=cap, hint=None,
-                                 options=search.options(_budget(search, comp, comps[k:]),
-                                                        decide=True))
-        if result.arena is not None:
-            search.accept(result.offsets)
-        elif result.status == "INFEASIBLE":
+        result = _decide(search, comp, cap, _share(search, comp, comps[k:]))
+        if result == "INFEASIBLE":
             search.bound = max(search.bound, cap + 1)
             return "INFEASIBLE"
-        else:
+        if result == "UNKNOWN":
             search.timed_out = True
             outcome = "UNKNOWN"
     return outcome
@@ -191,8 +188,11 @@ def plan_layout(
     With ``capacity`` (bytes), any layout within it is returned as soon as one is found, and
     InfeasibleError is raised when none exists (``smallest_feasible`` = the smallest arena found
     and proven minimal, else a proven lower bound with ``is_lower_bound``) or none was found in
-    time. Deterministic for the same input, seed and worker count when the solver finishes
-    within its time limit. Raises InvalidInputError for invalid buffers or arguments.
+    time. Deterministic for the same input, seed and worker count: inside the search, budgets
+    are CP-SAT deterministic time; only a search cut short by the wall-clock ``time_limit``
+    (``timed_out``) can end differently on a busier machine. Several workers run CP-SAT's
+    interleaved (deterministic) parallel search. Raises InvalidInputError for invalid buffers
+    or arguments.
     """
     started = time.perf_counter()
     _check_arguments(capacity, time_limit, workers)
@@ -221,14 +221,19 @@ def plan_layout(
         return done(live)
 
     search = _Search(reduced, offsets.copy(), live, started + time_limit, workers, seed)
-    if cap is None:
-        _minimize(search)
-        return done(search.bound, search.timed_out, "cpsat" if search.improved else method,
+
+    def exact_done() -> Layout:
+        improved = arena_units(problem, search.offsets) < heuristic_arena
+        return done(search.bound, search.timed_out, "cpsat" if improved else method,
                     search.offsets)
 
+    if cap is None:
+        _minimize(search)
+        return exact_done()
     outcome = _fit_capacity(search, cap)
     if outcome == "FIT":
-        return done(search.bound, False, "cpsat", search.offsets)
+        search.timed_out = False
+        return exact_done()
     if outcome == "INFEASIBLE":
         _minimize(search)  # with the remaining time: how much is needed?
         needed = arena_units(problem, search.offsets)
@@ -241,11 +246,12 @@ def plan_layout(
             f"is needed{detail}",
             smallest_feasible=smallest * u, is_lower_bound=not exact,
         )
+    found = arena_units(problem, search.offsets)
     raise InfeasibleError(
         f"no layout within capacity {capacity} bytes was found in {time_limit:g} s and none was "
         f"proven impossible (proven lower bound {search.bound * u} bytes); the smallest arena "
-        f"found is {heuristic_arena * u} bytes: raise the capacity to that or the time limit",
-        smallest_feasible=heuristic_arena * u, is_lower_bound=False,
+        f"found is {found * u} bytes: raise the capacity to that, or the time limit",
+        smallest_feasible=found * u, is_lower_bound=False,
     )
 
 
@@ -287,21 +293,21 @@ def exact_layout(
     comps = time_components(problem.lower, problem.upper, problem.free_idx)
     deadline = started + time_limit
     bound, timed_out = live, False
-    total = max(1, len(problem.free_idx))
+    # no layout needs more than the zones, the pre-placed buffers and all free sizes stacked
+    top = problem.zone_top
+    obstacles = problem.obstacle_idx
+    if len(obstacles):
+        top = max(top, int((problem.fixed_off[obstacles] + problem.size[obstacles]).max()))
+    pending = len(problem.free_idx)
     for comp in comps:
-        upper = problem.zone_top + int(problem.size[comp].sum())
-        obstacles = problem.obstacle_idx
-        if len(obstacles):
-            upper = max(upper, int((problem.fixed_off[obstacles] + problem.size[obstacles]).max())
-                        ) + int(problem.size[comp].sum())
-        seconds = max(0.05, (deadline - time.perf_counter()) * len(comp) / total)
-        total -= len(comp)
-        result = solve_component(
-            problem, comp, floor=live, upper=upper, hint=None,
+        seconds = max(0.05, (deadline - time.perf_counter()) * len(comp) / max(1, pending))
+        pending -= len(comp)
+        result = minimize_component(
+            problem, comp, floor=live, upper=top + int(problem.size[comp].sum()), hint=None,
             options=ExactOptions(time_limit=seconds, workers=workers, seed=seed),
         )
         if result.arena is None:
-            raise RuntimeError("the exact model found no layout within the sum of all sizes")
+            raise RuntimeError(f"the exact model found no layout in {seconds:.2f} s")
         for i, off in result.offsets.items():
             offsets[i] = off
         bound = max(bound, result.bound)

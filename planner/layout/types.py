@@ -67,3 +67,17 @@ class Layout:
     @property
     def is_optimal(self) -> bool:
         return self.status == STATUS_OPTIMAL
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready summary with the offsets (the gap included)."""
+        return {
+            "offsets": dict(self.offsets),
+            "arena_size": self.arena_size,
+            "lower_bound": self.lower_bound,
+            "live_bytes_bound": self.live_bytes_bound,
+            "gap": self.gap,
+            "status": self.status,
+            "method": self.method,
+            "solve_seconds": self.solve_seconds,
+            "timed_out": self.timed_out,
+        }
