@@ -5,7 +5,8 @@
 Writes bench/layout/results.json and bench/layout/results.md. Instances:
 - tight synthetic instances (100% packed by construction: the optimum equals the capacity and
   the live-bytes lower bound), 50 to 300 buffers, several seeds;
-- training-step-like traces up to 5,000 buffers (with and without a persistent zone).
+- training-step-like traces up to 5,000 buffers (with and without a persistent zone);
+- the buffers of every fixture graph's plan (planned with no budget pressure, order optimized).
 Other instances (e.g. the buffers of real fixture graphs) are added with
 `bench_instances_from_buffers(name, buffers)` and `run_bench(instances)`.
 """
@@ -50,6 +51,26 @@ def bench_instances_from_buffers(
 ) -> BenchInstance:
     """Wrap any list of buffers (e.g. from a fixture graph's plan) as a benchmark instance."""
     return BenchInstance(name=name, kind=kind, buffers=list(buffers), capacity=capacity)
+
+
+def fixture_instances(order_time_limit: float = 5.0) -> list[BenchInstance]:
+    """The buffers of each fixture's plan: real training-step lifetimes, persistent zone too."""
+    from planner.pipeline import plan_model
+    from schemas.plan import PlanRequest
+    from tests.fixture_zoo import fixture_names, model_path
+
+    instances = []
+    for name in fixture_names():
+        plan = plan_model(model_path(name), PlanRequest(budgets={"cpu": 2**40},
+                                                        time_limit_s=2 * order_time_limit))
+        buffers = [
+            Buffer(b.id, b.first_step, b.last_step + 1, max(b.size, 1),
+                   zone="persistent" if b.zone == "persistent" else None)
+            for b in plan.buffers if b.alias_of is None
+        ]
+        instances.append(bench_instances_from_buffers(f"fixture-{name}", buffers,
+                                                      kind="fixture"))
+    return instances
 
 
 def synthetic_instances(
@@ -173,12 +194,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tight-seeds", type=int, default=5, metavar="N",
                         help="seeds 1..N of each tight instance size (default 5)")
     parser.add_argument("--out-dir", type=Path, default=HERE)
+    parser.add_argument("--no-fixtures", action="store_true",
+                        help="skip the fixture graphs' plans")
     args = parser.parse_args(argv)
     if args.quick:
         instances = synthetic_instances((50, 100), (1,)) + training_instances((500,), (1,))
     else:
         seeds = tuple(range(1, args.tight_seeds + 1))
         instances = synthetic_instances(seeds=seeds) + training_instances()
+    if not args.no_fixtures:
+        instances = fixture_instances() + instances
     rows = run_bench(instances, time_limit=args.time_limit, workers=args.workers, seed=args.seed)
     settings = {
         "time_limit": args.time_limit, "workers": args.workers, "seed": args.seed,
