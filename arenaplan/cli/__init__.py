@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "arenaplan.cli.inspect_cmd",
     "arenaplan.cli.layout_cmd",
     "arenaplan.cli.plan_cmd",
+    "arenaplan.cli.min_budget_cmd",
+    "arenaplan.cli.max_batch_cmd",
     "arenaplan.cli.demo_cmd",
     "arenaplan.cli.profile_cmd",
     "arenaplan.cli.export_cmd",

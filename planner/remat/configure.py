@@ -1,0 +1,180 @@
+"""Choose how faithful a model the time limit affords: the problem for one graph and order.
+
+The reductions, from the most faithful model down (the first whose size fits is used):
+
+| tier | recompute window | recomputed as | just-in-time chain | memory model |
+|---|---|---|---|---|
+| checkmate | any later stage | single ops | unbounded | exact (Checkmate) if small |
+| ops | any later stage | single ops | unbounded | static frees |
+| ops-backward | after the forward phase | single ops | unbounded | static frees |
+| segments | after the forward phase | segments | unbounded | static frees |
+| segments-jit-N | after the forward phase | segments | N readers deep | static frees |
+
+Reductions every tier applies and whether they keep optimality:
+- exact: presolve of fixed variables, one save variable per run of stages without an event,
+  merged dominated memory rows, no recompute / copy of a resident value, grouping a node's
+  outputs by reader set (planner.remat.constraints, planner.remat.problem);
+- not exact (they can cut off better schedules; the bound is the reduced model's): the order is
+  fixed (Checkmate's premise), tightened first (planner.remat.reorder); only forward-phase ops
+  are recomputed; copies come from a device that computed the value; graph outputs and state
+  updates run once on the home device; beyond the first tier, values and nodes under
+  `tiny_units` are kept / unchecked individually (bounded by one row per run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from planner.graph import Graph
+from planner.remat.coarsen import coarse_groups
+from planner.remat.costs import CostTable
+from planner.remat.model import MemoryModel
+from planner.remat.problem import (
+    Reduction,
+    RematOptions,
+    RematProblem,
+    build_problem,
+    forward_phase,
+)
+from planner.remat.reorder import tighten_order
+
+# Recompute variables (sum over nodes of their recompute stages) a tier may have.
+SIZE_LIMIT = 6_000
+# Recompute stages up to which an op-level problem is fine for the heuristics.
+FINE_LIMIT = 250_000
+# Nodes up to which the exact (Checkmate) memory model is used on one device.
+EXACT_NODE_LIMIT = 90
+
+
+@dataclass(frozen=True)
+class Configured:
+    problem: RematProblem
+    memory: MemoryModel
+    tier: str
+    order: tuple[int, ...]
+    fine: RematProblem  # op-level problem for the heuristics (replayed, not modelled)
+
+
+def home_device(budgets: Mapping[str, int]) -> str:
+    """Where state, constants, graph inputs and outputs live: the largest budget (cpu first on
+    ties, then by name)."""
+    return max(budgets, key=lambda d: (budgets[d], d == "cpu", [-ord(c) for c in d]))
+
+
+def configure(
+    graph: Graph, order: Sequence[int], costs: CostTable, budgets: Mapping[str, int], *,
+    memory_unit: int = 64, size_limit: int = SIZE_LIMIT, exact_node_limit: int = EXACT_NODE_LIMIT,
+    tighten: bool = True, force_tier: str | None = None,
+) -> Configured:
+    devices = tuple(budgets)
+    home = home_device(budgets)
+    base = RematOptions(memory_unit=memory_unit)
+    recomputable, forward_end = forward_phase(graph, order, base)
+    reductions = [
+        Reduction("fixed order", False, "Checkmate's premise: the order of first computations "
+                  "is given"),
+        Reduction("forward-phase recomputation", False, "only ops the order runs before the "
+                  "last forward op, not writing outputs or state, deterministic, are recomputed"),
+        Reduction("home device", False, f"sources, constants, state and outputs live on {home};"
+                  " output and state-update ops run there once"),
+        Reduction("presolve", True, "fixed variables, event runs, dominated memory rows, no "
+                  "recompute or copy of a resident value"),
+    ]
+    if tighten:
+        tightened = tighten_order(graph, order, set(range(len(graph.ops))) - recomputable,
+                                  forward_end)
+        if list(tightened) != list(order):
+            reductions.append(Reduction("tightened order", False, "ops never recomputed moved "
+                                        "next to their data (planner.remat.reorder)"))
+        order = tightened
+    budget_units = min(budgets.values()) // memory_unit
+    tiny = max(1, budget_units // 4000)
+    n_recomputable = len(recomputable)
+    multi = len(devices) > 1
+    tiers = [
+        ("checkmate", RematOptions(memory_unit=memory_unit, window="any"), None, []),
+        ("ops", RematOptions(memory_unit=memory_unit, window="any", tiny_units=tiny), None, []),
+        ("ops-backward", RematOptions(memory_unit=memory_unit, window="after_forward",
+                                      tiny_units=tiny), None, []),
+    ]
+    for segments in (max(8, n_recomputable // 8), max(8, n_recomputable // 15)):
+        tiers.append((f"segments{segments}", RematOptions(
+            memory_unit=memory_unit, window="after_forward", tiny_units=tiny), segments, []))
+    segments = max(8, n_recomputable // 15)
+    for depth in (4, 2, 1, 0):
+        tiers.append((f"segments{segments}-jit{depth}", RematOptions(
+            memory_unit=memory_unit, window="after_forward", tiny_units=tiny, jit_depth=depth),
+            segments, []))
+    chosen = None
+    fine = None
+    for name, options, segments, _ in tiers:
+        if force_tier is not None and name != force_tier:
+            continue
+        units = coarse_groups(graph, order, recomputable, segments) if segments else None
+        groups = _fixed_runs(graph, order, recomputable, units) if multi and units else None
+        problem = build_problem(
+            graph, order, costs, devices=devices, home=home, options=options,
+            recomputable=recomputable, units=units, groups=groups,
+        )
+        size = sum(len(n.recompute_stages) * len(devices) for n in problem.nodes
+                   if n.unit is None) + sum(len(problem.nodes[u[0]].recompute_stages)
+                                            * len(devices) for u in problem.units)
+        if multi:
+            size += len(problem.nodes) * (len(devices) - 1)
+        chosen = (name, options, segments, problem)
+        if fine is None and not segments and name != "checkmate" and size <= FINE_LIMIT:
+            fine = problem
+        if size <= size_limit or force_tier is not None:
+            break
+    name, options, segments, problem = chosen
+    memory: MemoryModel = "exact" if (name == "checkmate" and not multi
+                                      and len(problem.nodes) <= exact_node_limit) else "stage"
+    notes = {
+        "checkmate": [],
+        "ops": [Reduction("small values kept", False, f"values and nodes under {tiny} units are "
+                          "kept whole / checked per run")],
+    }
+    extra = list(notes.get(name, notes["ops"]))
+    if options.window == "after_forward":
+        extra.append(Reduction("recompute after forward", False, "recomputations only in "
+                               "stages after the forward phase"))
+    if segments:
+        extra.append(Reduction("segments", False, f"recomputable ops cut into {segments} "
+                               "segments recomputed as units (planner.remat.coarsen)"))
+    if options.jit_depth is not None:
+        extra.append(Reduction("bounded recompute chains", False, "a segment is recomputed only "
+                               f"where it or readers up to {options.jit_depth} deep are read"))
+    if memory == "stage":
+        extra.append(Reduction("static frees", False, "within a stage a value is freed after the "
+                               "last node that may read it (Checkmate: that does)"))
+    problem = replace(problem, reductions=tuple(reductions + extra))
+    if fine is None:
+        fine = problem if not segments else build_problem(
+            graph, order, costs, devices=devices, home=home, recomputable=recomputable,
+            options=RematOptions(memory_unit=memory_unit, window="after_forward",
+                                 tiny_units=tiny))
+    return Configured(problem, memory, name, tuple(order), fine)
+
+
+def _fixed_runs(graph: Graph, order: Sequence[int], recomputable, units) -> list[list[int]]:
+    """Nodes for several devices: runs of up to 12 consecutive ops that are never recomputed
+    (ops writing outputs or state alone), every recomputable op alone (units group them)."""
+    outputs = set(graph.outputs)
+    groups: list[list[int]] = []
+    run: list[int] = []
+    for op in order:
+        pinned = any(t in outputs for t in graph.ops[op].output_ids)
+        if op in recomputable or pinned:
+            if run:
+                groups.append(run)
+                run = []
+            groups.append([op])
+        else:
+            run.append(op)
+            if len(run) >= 12:
+                groups.append(run)
+                run = []
+    if run:
+        groups.append(run)
+    return groups

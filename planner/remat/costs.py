@@ -1,0 +1,149 @@
+"""Costs the rematerialization / placement solvers optimize: op times per device, copy times.
+
+XEngine's objective (eq. 1) needs c[d, i], the time of operator i on device d, and w[e, d, d'],
+the time to copy tensor e from device d to device d'. `CostTable` holds both, read from a
+`schemas.profile.Profile` (per-op medians; copies from the profile's least-squares fits
+`latency + nbytes / bandwidth`), or given explicitly (tests, graph-json benchmarks). An op with no
+cost on a device cannot run there; every op must be able to run on at least one device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from planner.errors import InvalidInputError
+from planner.graph import Graph
+from schemas.profile import Profile
+
+
+@dataclass(frozen=True)
+class CopyLine:
+    """Copy time `latency + nbytes / bytes_per_second` from one device to another."""
+
+    latency: float
+    bytes_per_second: float
+
+    def seconds(self, nbytes: int) -> float:
+        return 0.0 if nbytes <= 0 else self.latency + nbytes / self.bytes_per_second
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Per op (by id): device -> seconds (a device missing: the op cannot run there)."""
+
+    devices: tuple[str, ...]
+    op_seconds: tuple[Mapping[str, float], ...]
+    copies: Mapping[tuple[str, str], CopyLine] = field(default_factory=dict)
+
+    def copy_seconds(self, src: str, dst: str, nbytes: int) -> float:
+        if src == dst:
+            return 0.0
+        line = self.copies.get((src, dst))
+        if line is None:
+            raise InvalidInputError(
+                f"no copy cost from {src} to {dst}; profile both devices (arenaplan profile "
+                f"--device {src} --device {dst})"
+            )
+        return line.seconds(nbytes)
+
+    def sequential_seconds(self, device: str) -> float | None:
+        """Every op once on `device` (None when some op cannot run there)."""
+        total = 0.0
+        for costs in self.op_seconds:
+            if device not in costs:
+                return None
+            total += costs[device]
+        return total
+
+    def fastest_seconds(self) -> float:
+        """Every op once on its fastest device: a lower bound on any schedule's compute time."""
+        return sum(min(costs.values()) for costs in self.op_seconds)
+
+
+# Host-to-host copies between `cpu` and an extra host arena `cpu:N` when the profile has no fit
+# for them: a plain memcpy, assumed 10 GB/s after 1 microsecond.
+HOST_COPY = CopyLine(1e-6, 10e9)
+
+
+def measured_as(device: str) -> str:
+    """The profiled device whose costs `device` uses: an extra host arena `cpu:N` runs on the
+    CPU and shares its costs (schemas.plan)."""
+    return "cpu" if device.startswith("cpu") else device
+
+
+def with_host_arenas(profile: Profile, devices: Sequence[str]) -> Profile:
+    """`profile` extended for extra host arenas among `devices`: each `cpu:N` gets the `cpu`
+    costs and host copies (HOST_COPY, labelled as assumed) to and from every other host arena,
+    so that the validator prices plans that use them."""
+    extra = [d for d in devices if d.startswith("cpu:") and d not in profile.devices]
+    if not extra or "cpu" not in profile.devices:
+        return profile
+    from schemas.profile import CopyFit
+
+    ops = [op.model_copy(update={"costs": {**op.costs, **{d: op.costs["cpu"] for d in extra
+                                                         if "cpu" in op.costs}}})
+           for op in profile.ops]
+    hosts = ["cpu", *[d for d in devices if d.startswith("cpu:")]]
+    have = {(f.src, f.dst) for f in profile.copies}
+    copies = list(profile.copies) + [
+        CopyFit(src=a, dst=b, latency_seconds=HOST_COPY.latency,
+                bytes_per_second=HOST_COPY.bytes_per_second,
+                method="assumed host memcpy between host arenas (not measured)")
+        for a in hosts for b in hosts if a != b and (a, b) not in have
+    ]
+    return profile.model_copy(update={"devices": [*profile.devices, *extra], "ops": ops,
+                                      "copies": copies})
+
+
+def costs_from_profile(profile: Profile, graph: Graph, devices: Sequence[str]) -> CostTable:
+    """The profile's medians for `devices`; raises InvalidInputError when it lacks one of them.
+    `cpu:N` uses the `cpu` costs, and copies between host arenas default to HOST_COPY."""
+    if len(profile.ops) != len(graph.ops):
+        raise InvalidInputError(
+            f"the profile has {len(profile.ops)} ops but the model has {len(graph.ops)}; profile "
+            "this model with `arenaplan profile`"
+        )
+    missing = sorted({measured_as(d) for d in devices} - set(profile.devices))
+    if missing:
+        raise InvalidInputError(
+            f"the profile has no costs for {', '.join(missing)} (it covers "
+            f"{', '.join(profile.devices)}); profile with --device for every budgeted device"
+        )
+    by_id = {entry.op_id: entry for entry in profile.ops}
+    op_seconds = []
+    for op in graph.ops:
+        entry = by_id.get(op.id)
+        costs = {d: entry.costs[measured_as(d)].median_seconds for d in devices
+                 if entry is not None and measured_as(d) in entry.costs}
+        if not costs:
+            raise InvalidInputError(
+                f"op {op.name} ({op.op_type}) has no cost on any of {', '.join(devices)} in the "
+                "profile, so it cannot be scheduled"
+            )
+        op_seconds.append(costs)
+    copies = {}
+    for fit in profile.copies:
+        if fit.src in devices and fit.dst in devices:
+            copies[(fit.src, fit.dst)] = CopyLine(fit.latency_seconds, fit.bytes_per_second)
+    for src in devices:
+        for dst in devices:
+            if src == dst or (src, dst) in copies:
+                continue
+            if src.startswith("cpu") and dst.startswith("cpu"):
+                copies[(src, dst)] = HOST_COPY
+            else:
+                raise InvalidInputError(
+                    f"the profile has no copy cost from {src} to {dst}; profile with --device "
+                    f"{src} --device {dst}"
+                )
+    return CostTable(devices=tuple(devices), op_seconds=tuple(op_seconds), copies=copies)
+
+
+def uniform_costs(graph: Graph, devices: Sequence[str], seconds: float = 1.0) -> CostTable:
+    """Every op costs `seconds` everywhere (for tests of memory behaviour only)."""
+    return CostTable(
+        devices=tuple(devices),
+        op_seconds=tuple({d: seconds for d in devices} for _ in graph.ops),
+        copies={(a, b): CopyLine(0.0, 1e9) for a in devices for b in devices if a != b},
+    )

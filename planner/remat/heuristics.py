@@ -1,0 +1,100 @@
+"""Heuristic schedules judged by what they really need: replayed, not modelled.
+
+The model (planner.remat.constraints) counts memory conservatively, and on coarse problems it can
+rule out schedules that fit. The executor's policies (planner.remat.executor) run here at a scan
+of budgets from the true budget upwards, counting each stage as a replay would (`actual`); each
+decision is emitted as a schedule and replayed (planner.remat.simulate), and kept when its
+replayed peak fits the true budget. The
+cheapest that fits is a valid answer on its own and a fallback for the CP-SAT search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from planner.remat.costs import CostTable
+from planner.remat.decision import Decision
+from planner.remat.emit import emit_schedule
+from planner.remat.executor import execute, sqrt_checkpoints, threshold_checkpoints
+from planner.remat.problem import RematProblem
+from planner.remat.simulate import ScheduleStats, simulate
+from planner.schedule import Schedule
+
+# (policy, checkpoint share, budget factor) runs, most promising first: the executor's greedy
+# choices are not monotone in the budget, so a decision made for a slightly smaller or larger
+# budget often replays within the true one where the true budget's run dead-ends.
+RUNS = (
+    *(("hybrid", 0.25, f) for f in (1.0, 0.975, 0.95, 0.925, 0.9, 0.875, 0.85, 1.025, 1.05)),
+    *(("greedy", None, f) for f in (1.0, 1.05, 1.1, 1.25, 0.95)),
+    *(("hybrid", share, f) for share in (0.1, 0.05) for f in (1.0, 0.95, 1.1)),
+    *(("hybrid", 0.25, f) for f in (1.1, 1.25, 1.5)),
+    ("greedy", None, 1.5),
+)
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    problem: RematProblem
+    decision: Decision
+    schedule: Schedule
+    stats: ScheduleStats
+
+    @property
+    def seconds(self) -> float:
+        return self.stats.seconds or 0.0
+
+
+def replay(problem: RematProblem, decision: Decision, costs: CostTable, name: str) -> Candidate:
+    schedule = emit_schedule(problem, decision)
+    stats = simulate(problem.graph, schedule, costs, alignment=problem.memory_unit)
+    return Candidate(name, problem, decision, schedule, stats)
+
+
+def _runs(problem: RematProblem, device: str, budget_units: int, scan: Iterable[float] | None,
+          actual: bool):
+    total = sum(problem.values[v].size for n in problem.nodes if n.recomputable
+                for v in n.values)
+    yield "keep", execute(problem, device, "keep")
+    yield "sqrt", execute(problem, device, "checkpoints", checkpoints=sqrt_checkpoints(problem))
+    runs = RUNS if scan is None else [(p, s, f) for f in scan
+                                       for p, s in (("greedy", None), ("hybrid", 0.25))]
+    for policy, share, factor in runs:
+        budget = int(budget_units * factor)
+        marks = threshold_checkpoints(problem, int(total * share)) if share else ()
+        name = f"{policy}{share or ''}@{factor:g}"
+        yield name, execute(problem, device, policy, budget=budget, checkpoints=marks,
+                            actual=actual)
+
+
+def heuristic_candidates(
+    problem: RematProblem, budgets: Mapping[str, int], costs: CostTable, *,
+    scan: Iterable[float] | None = None, deadline: float | None = None, actual: bool = True,
+) -> tuple[list[Candidate], int | None]:
+    """(single-device candidates whose replayed peak fits `budgets` (bytes), cheapest first;
+    the smallest replayed peak seen on the home device, fitting or not)."""
+    import time
+
+    fitting: list[Candidate] = []
+    smallest: int | None = None
+    seen: set[tuple] = set()
+    for device in (problem.home,):  # the executor keeps sources where they live
+        if any(device not in n.cost for n in problem.nodes):
+            continue
+        units = budgets[device] // problem.memory_unit
+        for name, result in _runs(problem, device, units, scan, actual):
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            if result.decision is None:
+                continue
+            key = tuple(tuple(c) for c in result.decision.computes)
+            if key in seen:
+                continue
+            seen.add(key)
+            candidate = replay(problem, result.decision, costs, f"{name}@{device}")
+            peak = candidate.stats.peaks.get(device, 0)
+            if device == problem.home:
+                smallest = peak if smallest is None else min(smallest, peak)
+            if candidate.stats.fits(dict(budgets)):
+                fitting.append(candidate)
+    fitting.sort(key=lambda c: c.seconds)
+    return fitting, smallest

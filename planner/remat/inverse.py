@@ -1,0 +1,157 @@
+"""Inverse queries (CalcGraph, Checkmate): the smallest budget, the largest batch.
+
+- `min_budget`: the smallest budget on one device for which the planner returns a validated
+  plan ("achieved"), next to a proven lower bound no plan can beat (the op-footprint bound of
+  planner.lifetimes: state, constants and one op's inputs and outputs at once) and the
+  keep-everything arena. The achieved value comes from the smallest replayed peak the remat
+  heuristics and CP-SAT's min-peak model reach, confirmed by planning at it (raised a little
+  until the layout fits).
+- `max_batch`: the largest value of a symbolic dim (the batch) whose plan fits the budgets, by
+  doubling then bisection over `plan_model` with that dim bound (CalcGraph's search).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from planner.errors import InfeasibleError, InvalidInputError
+from planner.graph import Graph
+from planner.lifetimes import order_lower_bound
+from planner.onnx_model import read_model_bytes
+from planner.order import optimize_order
+from schemas.plan import Plan, PlanRequest
+
+
+@dataclass(frozen=True)
+class MinBudget:
+    device: str
+    lower_bound: int  # bytes: no plan fits below (proven)
+    achieved: int  # bytes: the arena of a validated plan made for that budget
+    keep_all_arena: int | None  # bytes: arena of the plan without recomputation
+    plan: Plan
+    seconds: float
+
+
+def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 60.0,
+               workers: int = 1, seed: int = 0, alignment: int = 64,
+               plan: Callable[[Graph, PlanRequest], Plan] | None = None) -> MinBudget:
+    from planner.pipeline import plan_graph, profile_for
+    from planner.remat.costs import costs_from_profile
+    from planner.remat.plan import plan_remat, smallest_peak
+
+    started = time.perf_counter()
+    plan = plan or (lambda g, r: plan_graph(g, r))
+    lower = order_lower_bound(graph)
+    base = PlanRequest(budgets={device: 1 << 50}, time_limit_s=max(2.0, time_limit * 0.1),
+                       workers=workers, seed=seed, alignment=alignment, profile=profile)
+    keep_all = plan(graph, base)
+    keep_arena = keep_all.devices[0].arena_bytes
+    order = optimize_order(graph, time_limit=max(1.0, time_limit * 0.05), workers=workers,
+                           seed=seed)
+    profile = profile or profile_for(graph, base, lambda *_: None)
+    base = base.model_copy(update={"profile": profile})
+    costs = costs_from_profile(profile, graph, [device])
+    probe = plan_remat(graph, order.order, {device: lower}, costs, use_solver=False,
+                       memory_unit=alignment)
+    candidates = [keep_arena]
+    if probe.smallest_peak_bytes is not None:
+        candidates.append(probe.smallest_peak_bytes)
+    left = time_limit - (time.perf_counter() - started)
+    if left > 5:
+        peak = smallest_peak(graph, order.order, device, costs, time_limit=left * 0.4,
+                             workers=workers, seed=seed, memory_unit=alignment,
+                             hint_budget=keep_arena)
+        if peak.peak_bytes is not None:
+            candidates.append(peak.peak_bytes)
+    budget = max(lower, min(candidates))
+    best = keep_all
+    per_try = max(2.0, (time_limit - (time.perf_counter() - started)) / 4)
+    for _ in range(6):
+        if budget >= keep_arena:
+            break
+        request = base.model_copy(update={"budgets": {device: budget},
+                                          "time_limit_s": per_try})
+        try:
+            best = plan(graph, request)
+            break
+        except InfeasibleError as exc:
+            nxt = exc.smallest_feasible if exc.smallest_feasible and not exc.is_lower_bound \
+                else budget
+            budget = max(budget + alignment, min(nxt, int(budget * 1.03)))
+    return MinBudget(device, lower, best.devices[0].arena_bytes, keep_arena, best,
+                     time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class MaxBatch:
+    dim: str
+    value: int  # largest feasible value (0: not even 1 fits)
+    tried: dict[int, bool]
+    plan: Plan | None
+
+
+def symbolic_dims(model: str | Path | bytes) -> set[str]:
+    proto = onnx.load_model_from_string(read_model_bytes(model))
+    names = set()
+    for value in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                names.add(dim.dim_param)
+    return names
+
+
+def max_batch(model: str | Path | bytes, request: PlanRequest, dim: str = "batch", *,
+              limit: int = 1 << 16,
+              plan: Callable[[object, PlanRequest], Plan] | None = None) -> MaxBatch:
+    """Largest `dim` in [1, limit] whose plan fits `request.budgets`: doubling, then bisection."""
+    from planner.pipeline import plan_model
+
+    if dim not in symbolic_dims(model):
+        raise InvalidInputError(f"the model has no symbolic dim '{dim}' to search over; name "
+                                "one with --dim-name (its inputs' shapes give the names)")
+    plan = plan or plan_model
+    tried: dict[int, bool] = {}
+    plans: dict[int, Plan] = {}
+
+    def fits(value: int) -> bool:
+        if value not in tried:
+            request_b = replace_dims(request, dim, value)
+            try:
+                plans[value] = plan(model, request_b)
+                tried[value] = True
+            except InfeasibleError:
+                tried[value] = False
+        return tried[value]
+
+    if not fits(1):
+        return MaxBatch(dim, 0, tried, None)
+    good, bad = 1, None
+    while bad is None:
+        nxt = good * 2
+        if nxt > limit:
+            break
+        if fits(nxt):
+            good = nxt
+        else:
+            bad = nxt
+    if bad is None:
+        return MaxBatch(dim, good, tried, plans[good])
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if fits(mid):
+            good = mid
+        else:
+            bad = mid
+    return MaxBatch(dim, good, tried, plans[good])
+
+
+def replace_dims(request: PlanRequest, dim: str, value: int) -> PlanRequest:
+    return request.model_copy(update={"dims": {**request.dims, dim: value}})
+
+
+
