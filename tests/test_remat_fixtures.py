@@ -1,6 +1,6 @@
 """Plans for the fixture zoo at 100%, 75%, 50% of the keep-everything peak and at the smallest
 budget the planner meets: every plan passes the validator within its budget; a budget below the
-proven lower bound is refused with that bound. The large fixtures are marked slow."""
+proven lower bound is refused with that bound. The large fixtures are marked `scale` (by hand)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_mlp_minimum_budget_plan_validates():
     assert report.ok and result.plan.devices[0].arena_bytes <= result.achieved
 
 
-@pytest.mark.slow
+@pytest.mark.scale
 def test_cnn_minimum_budget_plan_validates_and_recomputes():
     graph = load_graph(model_path("cnn_bn_momentum"))
     result = min_budget(graph, "cpu", time_limit=40, workers=2)
@@ -86,14 +86,14 @@ def test_cnn_minimum_budget_plan_validates_and_recomputes():
     assert any(isinstance(s, ComputeStep) and s.recompute for s in result.plan.steps)
 
 
-@pytest.mark.slow
+@pytest.mark.scale
 @pytest.mark.parametrize("name", SLOW)
 @pytest.mark.parametrize("share", [1.0, 0.75, 0.5])
 def test_large_fixtures_plan_or_refuse_with_a_size(name, share):
     check_plan_or_refusal(name, share, 60)
 
 
-@pytest.mark.slow
+@pytest.mark.scale
 @pytest.mark.parametrize("name", SLOW)
 def test_large_fixtures_minimum_budget_plans_validate(name):
     graph = load_graph(model_path(name))
@@ -102,7 +102,7 @@ def test_large_fixtures_minimum_budget_plans_validate(name):
     assert validate_plan(graph, result.plan).ok
 
 
-@pytest.mark.slow
+@pytest.mark.scale
 def test_resnet18_plans_at_its_smallest_budget_within_120_seconds():
     import time
 
