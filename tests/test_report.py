@@ -162,6 +162,15 @@ def test_report_of_a_pipeline_plan_without_the_model(mlp_plan):
     assert data.matrices[0].recomputed == 0 and data.summary.copy_steps == 0
 
 
+def test_long_solver_notes_fold_away_escaped(mlp_plan):
+    notes = [f"note {k} <{k}>" for k in range(5)]
+    solvers = [r.model_copy(update={"notes": notes}) for r in mlp_plan.solvers[:1]]
+    html = render_report_html(mlp_plan.model_copy(update={"solvers": solvers}))
+    table = re.search(r'<table id="solver-table">.*?</table>', html, flags=re.S).group(0)
+    assert "note 0 &lt;0&gt;; note 1 &lt;1&gt;<details" in table and "3 more notes" in table
+    assert all(f"<li>note {k} &lt;{k}&gt;</li>" in table for k in (2, 3, 4))
+
+
 def test_report_refuses_a_model_the_plan_was_not_made_for(mlp_plan):
     other = load_graph(model_path("cnn_bn_momentum"))
     with pytest.raises(ReportInputError, match="not the one this plan was made for"):

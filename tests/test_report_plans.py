@@ -1,7 +1,9 @@
 """Plans with recomputations and cross-device copies for the report tests, from explicit schedules.
 
-Until the remat solver is part of the pipeline, the report is exercised on plans built from hand-
-made schedules (planner.schedule events through planner.plan_builder, validated like any plan).
+The report's quick tests use plans built from hand-made schedules (planner.schedule events
+through planner.plan_builder, validated like any plan): they take seconds where the remat solver
+takes minutes, and they copy between devices, which the solver's one-device plans do not. The
+solver's own plan is checked in tests/test_report_solver_plan.py (slow).
 Both moves act on a value's longest idle interval in file order (between two consecutive uses,
 its making counting as a use):
 

@@ -55,6 +55,8 @@ tr.k-recompute td { background: #fde4e4; }
 tr.k-copy td { background: #f3eadf; }
 tr.k-free td { color: var(--muted); }
 details > summary { cursor: pointer; font-weight: 600; }
+details.notes > summary { font-weight: normal; color: var(--muted); }
+details.notes ul { margin: 2px 0; padding-left: 18px; }
 """
 
 JS = r"""

@@ -78,11 +78,35 @@ def _step_axis(svg: Svg, x: Scale, n_steps: int, y_axis: float) -> None:
              font_size=AXIS_FONT)
 
 
-def _hline(svg: Svg, y: float, colour: str, dash: str | None, title: str) -> None:
-    svg.open_group(title=title)
+def _hline(svg: Svg, y: float, colour: str, dash: str | None, title: str, kind: str) -> None:
+    """A horizontal reference line; its group's class (`budget-line`, `arena-line`,
+    `bound-line`) lets the page's readers and tests find it without matching colours."""
+    svg.open_group(title=title, class_=f"{kind}-line")
     svg.line(LEFT, y, WIDTH - RIGHT, y, stroke=colour, stroke_width=1.6, stroke_dasharray=dash)
     svg.line(LEFT, y, WIDTH - RIGHT, y, stroke="transparent", stroke_width=7)  # hover target
     svg.close_group()
+
+
+def _reference_lines(svg: Svg, y: Scale, arena_bytes: int, lower_bound_bytes: int,
+                     budget_bytes: int, budget_on_scale: bool) -> None:
+    """The live-bytes lower bound, arena and budget lines of a byte axis. The budget is labelled
+    on its line, or named at the top when it is too far above the content to draw to scale
+    (a line at the top would squash what the figure is about)."""
+    if arena_bytes:
+        _hline(svg, y(lower_bound_bytes), BOUND_COLOUR, "2 3",
+               f"live-bytes lower bound {format_bytes(lower_bound_bytes)}", "bound")
+        _hline(svg, y(arena_bytes), ARENA_COLOUR, None, f"arena {format_bytes(arena_bytes)}",
+               "arena")
+    if not budget_bytes:
+        return
+    label = f"budget {format_bytes(budget_bytes)}"
+    if budget_on_scale:
+        by = y(budget_bytes)
+        _hline(svg, by, BUDGET_COLOUR, "7 4", label, "budget")
+    else:
+        by, label = TOP + 17, label + " (above the chart)"
+    svg.text(WIDTH - RIGHT - 4, by - 5, label, text_anchor="end", font_size=AXIS_FONT,
+             fill=BUDGET_COLOUR, class_="budget-label")
 
 
 def memory_svg(curve: MemoryCurve) -> str:
@@ -112,20 +136,8 @@ def memory_svg(curve: MemoryCurve) -> str:
         svg.close_group()
         below = above
 
-    if curve.arena_bytes:
-        _hline(svg, y(curve.lower_bound_bytes), BOUND_COLOUR, "2 3",
-               f"live-bytes lower bound {format_bytes(curve.lower_bound_bytes)}")
-        _hline(svg, y(curve.arena_bytes), ARENA_COLOUR, None,
-               f"arena {format_bytes(curve.arena_bytes)}")
-    if curve.budget_bytes and budget_on_scale:
-        by = y(curve.budget_bytes)
-        _hline(svg, by, BUDGET_COLOUR, "7 4", f"budget {format_bytes(curve.budget_bytes)}")
-        svg.text(WIDTH - RIGHT - 4, by - 5, f"budget {format_bytes(curve.budget_bytes)}",
-                 text_anchor="end", font_size=AXIS_FONT, fill=BUDGET_COLOUR, class_="budget-label")
-    elif curve.budget_bytes:
-        svg.text(WIDTH - RIGHT - 4, TOP + 12,
-                 f"budget {format_bytes(curve.budget_bytes)} (above the chart)",
-                 text_anchor="end", font_size=AXIS_FONT, fill=BUDGET_COLOUR, class_="budget-label")
+    _reference_lines(svg, y, curve.arena_bytes, curve.lower_bound_bytes, curve.budget_bytes,
+                     budget_on_scale)
     px, py = x(curve.peak_step + 0.5), y(curve.peak_bytes)
     svg.open_group(title=f"peak {format_bytes(curve.peak_bytes)} at step {curve.peak_step}")
     svg.add(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="#000"/>')
@@ -248,15 +260,7 @@ def arena_svg(arena: ArenaMap) -> str:
         svg.rect(x0, y1, max(x1 - x0, 0.8), max(y0 - y1, 0.6), title=title,
                  fill=layer_colour(r.layer), stroke="#fff", stroke_width=0.3)
     svg.close_group()
-    if arena.arena_bytes:
-        _hline(svg, y(arena.lower_bound_bytes), BOUND_COLOUR, "2 3",
-               f"live-bytes lower bound {format_bytes(arena.lower_bound_bytes)}")
-        _hline(svg, y(arena.arena_bytes), ARENA_COLOUR, None,
-               f"arena {format_bytes(arena.arena_bytes)}")
-    if arena.budget_bytes and budget_on_scale:
-        by = y(arena.budget_bytes)
-        _hline(svg, by, BUDGET_COLOUR, "7 4", f"budget {format_bytes(arena.budget_bytes)}")
-        svg.text(WIDTH - RIGHT - 4, by - 5, f"budget {format_bytes(arena.budget_bytes)}",
-                 text_anchor="end", font_size=AXIS_FONT, fill=BUDGET_COLOUR, class_="budget-label")
+    _reference_lines(svg, y, arena.arena_bytes, arena.lower_bound_bytes, arena.budget_bytes,
+                     budget_on_scale)
     _step_axis(svg, x, arena.n_steps, TOP + plot_h)
     return svg.render()

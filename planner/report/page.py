@@ -31,6 +31,13 @@ from schemas.plan import Plan
 COLLAPSE_STEPS = 500
 # Recomputed ops listed in the summary before the rest is folded away.
 LISTED_RECOMPUTES = 25
+# Notes of a solver phase shown in its table row before the rest is folded away (a remat solve
+# notes every reduction it made: a dozen long sentences that would make the row a page tall).
+INLINE_NOTES = 2
+
+
+class Markup(str):
+    """A table cell that is already HTML, built from escaped parts."""
 
 
 def render_report_html(plan: Plan, graph: Graph | None = None,
@@ -122,11 +129,25 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None =
     head = "".join(f'<th{" class=n" if i in numeric else ""}>{escape(h)}</th>'
                    for i, h in enumerate(headers))
     body = "".join(
-        "<tr>" + "".join(f'<td{" class=n" if i in numeric else ""}>{escape(v)}</td>'
+        "<tr>" + "".join(f'<td{" class=n" if i in numeric else ""}>{_cell(v)}</td>'
                          for i, v in enumerate(row)) + "</tr>"
         for row in rows
     )
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(value: str) -> str:
+    return value if isinstance(value, Markup) else escape(value)
+
+
+def _notes(notes: list[str]) -> Markup:
+    """A solver phase's notes: the first few inline, the rest in a closed details element."""
+    shown = escape("; ".join(notes[:INLINE_NOTES]))
+    if len(notes) <= INLINE_NOTES:
+        return Markup(shown)
+    rest = "".join(f"<li>{escape(n)}</li>" for n in notes[INLINE_NOTES:])
+    return Markup(f'{shown}<details class="notes"><summary>{len(notes) - INLINE_NOTES} more '
+                  f"notes</summary><ul>{rest}</ul></details>")
 
 
 def _summary_section(data: ReportData) -> str:
@@ -158,7 +179,7 @@ def _summary_section(data: ReportData) -> str:
                            "no remat phase ran: every value is kept"))
     distinct = len({(r.op_id, r.device) for r in s.recomputed_ops})
     cards.append(_card("recomputations", f"{s.recompute_steps}",
-                       f"of {distinct} op(s); {s.compute_steps} first computations"))
+                       f"of {distinct} distinct op(s); {s.compute_steps} first computations"))
     cards.append(_card("copies between devices", f"{s.copy_steps}",
                        f"{format_bytes(s.copied_bytes)} moved"))
     cards.append(_card("steps", f"{s.n_steps}",
@@ -186,7 +207,7 @@ def _summary_section(data: ReportData) -> str:
          "seconds", "notes"],
         [[r.phase, r.device or "-", r.method, r.status, _objective(r.phase, r.objective),
           _objective(r.phase, r.bound), _percent(r.gap), _objective(r.phase, r.baseline),
-          f"{r.seconds:.2f}", "; ".join(r.notes)]
+          f"{r.seconds:.2f}", _notes(r.notes)]
          for r in s.solvers],
         numeric={4, 5, 6, 7, 8}, table_id="solver-table",
     ) if s.solvers else "<p>No solver reports in this plan.</p>"
