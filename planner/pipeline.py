@@ -39,10 +39,13 @@ from schemas.plan import Plan, PlanRequest, SolverReport, compute_plan_id
 
 ProgressCallback = Callable[[str, dict], None]
 
-# Share of the request's time limit given to ordering when keeping everything may fit; layout
-# gets the rest. When rematerialization is certainly needed ordering gets REMAT_ORDER_SHARE and
-# the remat solver REMAT_SHARE of what is left.
-ORDER_TIME_SHARE = 0.5
+# Shares of the request's time limit. When keeping everything may fit, ordering gets
+# ORDER_TIME_SHARE and the keep-everything layout KEEP_LAYOUT_SHARE, so that rematerialization
+# keeps half the time when fragmentation pushes that arena just over the budget. When
+# rematerialization is certainly needed ordering gets REMAT_ORDER_SHARE and the remat solver
+# REMAT_SHARE of what is left.
+ORDER_TIME_SHARE = 0.3
+KEEP_LAYOUT_SHARE = 0.2
 REMAT_ORDER_SHARE = 0.1
 REMAT_SHARE = 0.8
 LAYOUT_RETRIES = 3
@@ -90,6 +93,7 @@ def plan_graph(graph: Graph, request: PlanRequest, *,
         seed=request.seed,
     )
     plan_id = compute_plan_id(graph.model_sha256, request, PLANNER_VERSION)
+    keep_all_arena = None
     if single:
         device, budget = devices[0], request.budgets[devices[0]]
         notify("layout", {"peak_live_bytes": order.peak_bytes})
@@ -97,16 +101,21 @@ def plan_graph(graph: Graph, request: PlanRequest, *,
         built = build_plan(
             graph, sequential_schedule(graph, order.order, device), request,
             plan_id=plan_id, planner_version=PLANNER_VERSION, solvers=[_order_report(order)],
-            layout_time_limit=remaining if maybe_fits else min(remaining, 5.0),
+            layout_time_limit=min(remaining, max(5.0, KEEP_LAYOUT_SHARE * request.time_limit_s)
+                                  if maybe_fits else 5.0),
         )
-        if built.plan.devices[0].arena_bytes <= budget:
+        keep_all_arena = built.plan.devices[0].arena_bytes
+        if keep_all_arena <= budget:
             return _validated(graph, built.plan, request, notify, started)
-    built, profile = _rematerialize(graph, request, order, plan_id, notify, started)
+    built, profile = _rematerialize(graph, request, order, plan_id, notify, started,
+                                    keep_all_arena)
     return _validated(graph, built.plan, request, notify, started, profile)
 
 
 def _rematerialize(graph: Graph, request: PlanRequest, order: OrderResult, plan_id: str,
-                   notify: ProgressCallback, started: float):
+                   notify: ProgressCallback, started: float, keep_all_arena: int | None):
+    """Remat + layout, retried with lowered targets while fragmentation overshoots a budget.
+    `keep_all_arena`: the arena keeping everything needs (one device), a budget known to work."""
     from planner.remat.costs import costs_from_profile
     from planner.remat.plan import plan_remat
 
@@ -123,7 +132,7 @@ def _rematerialize(graph: Graph, request: PlanRequest, order: OrderResult, plan_
                             workers=request.workers, seed=request.seed,
                             memory_unit=request.alignment)
         if result.schedule is None:
-            _raise_infeasible(graph, request, order, costs, result)
+            _raise_infeasible(graph, request, order, costs, result, keep_all_arena)
         notify("layout", {"peak_live_bytes": result.stats.peaks})
         remaining = max(1.0, total - (time.perf_counter() - started))
         built = build_plan(
@@ -145,31 +154,39 @@ def _rematerialize(graph: Graph, request: PlanRequest, order: OrderResult, plan_
     )
 
 
-def _raise_infeasible(graph, request, order, costs, result) -> None:
-    """No plan within the budgets: say what to ask for."""
+def _raise_infeasible(graph, request, order, costs, result, keep_all_arena) -> None:
+    """No plan within the budgets: say what to ask for. Proven infeasibility says so (the exact
+    model's verdict); otherwise the smallest budget this planner is known to meet: a plan at the
+    smallest peak the heuristics replayed, else keeping everything (`keep_all_arena`)."""
     from planner.remat.plan import plan_remat
 
     lower = order_lower_bound(graph)
     home = result.problem.home if result.problem is not None else next(iter(request.budgets))
-    smallest = result.smallest_peak_bytes
-    if smallest is not None:
-        probe = plan_remat(graph, order.order, {home: smallest}, costs, time_limit=5.0,
-                           memory_unit=request.alignment, use_solver=False)
+    verdict = ("proven infeasible for the fixed order" if result.status == "INFEASIBLE" else
+               f"none found in {request.time_limit_s:g} s, not proven impossible")
+    known = []
+    if result.smallest_peak_bytes is not None:
+        probe = plan_remat(graph, order.order, {home: result.smallest_peak_bytes}, costs,
+                           time_limit=5.0, memory_unit=request.alignment, use_solver=False)
         if probe.schedule is not None:
-            arena_request = request.model_copy(update={"budgets": {home: smallest}})
+            arena_request = request.model_copy(update={"budgets": {home: probe.stats.peaks[home]}})
             built = build_plan(graph, probe.schedule, arena_request, plan_id="probe",
                                planner_version=PLANNER_VERSION, solvers=[],
                                layout_time_limit=5.0)
-            achieved = built.plan.devices[0].arena_bytes
-            raise InfeasibleError(
-                f"no plan found within {dict(request.budgets)} B ({result.status}); the "
-                f"smallest budget this planner meets on {home} is {achieved} B (no plan can "
-                f"go below {lower} B); ask for at least {achieved} B",
-                smallest_feasible=achieved,
-            )
+            known.append(built.plan.devices[0].arena_bytes)
+    if keep_all_arena is not None:
+        known.append(keep_all_arena)
+    if known:
+        achieved = min(known)
+        raise InfeasibleError(
+            f"no plan within {dict(request.budgets)} B ({verdict}); the smallest budget this "
+            f"planner meets on {home} is {achieved} B (no plan can go below {lower} B); ask for "
+            f"at least {achieved} B, or allow more time",
+            smallest_feasible=achieved,
+        )
     raise InfeasibleError(
-        f"no plan found within {dict(request.budgets)} B ({result.status}); no plan can go "
-        f"below {lower} B on one device; ask for at least {lower} B and allow more time",
+        f"no plan within {dict(request.budgets)} B ({verdict}); no plan can go below {lower} B "
+        f"on one device; ask for more than {lower} B and allow more time",
         smallest_feasible=lower, is_lower_bound=True,
     )
 

@@ -42,18 +42,21 @@ def lp_rounding(problem: RematProblem, budgets: Mapping[str, int], costs: CostTa
     solved at 0.9x the budget (Checkmate's choice); when that relaxation is infeasible or no
     rounding fits, at the budget itself."""
     started = time.perf_counter()
+    deadline = started + time_limit
     result = LpRoundingResult(None, "NOT_SOLVED", None, 0.0, 0)
-    for factor in factors:
-        left = time_limit - (time.perf_counter() - started)
-        if left <= 0:
+    for k, factor in enumerate(factors):
+        left = deadline - time.perf_counter()
+        # A second LP (model build + solve) costs about what the first did: skip it when the
+        # time left would not cover that.
+        if left <= 0 or (k and left < time.perf_counter() - started):
             break
-        result = _at(problem, budgets, costs, factor, samples, seed, left, started)
+        result = _at(problem, budgets, costs, factor, samples, seed, deadline, started)
         if result.candidate is not None and result.candidate.stats.fits(dict(budgets)):
             break
     return result
 
 
-def _at(problem, budgets, costs, factor, samples, seed, time_limit, started
+def _at(problem, budgets, costs, factor, samples, seed, deadline, started
         ) -> LpRoundingResult:
     device = problem.home
     units = {d: int(b * factor) // problem.memory_unit for d, b in budgets.items()}
@@ -62,7 +65,7 @@ def _at(problem, budgets, costs, factor, samples, seed, time_limit, started
     if model.infeasible:
         return LpRoundingResult(None, f"INFEASIBLE {label}", None,
                                 time.perf_counter() - started, 0)
-    lp = solve_lp(model.lm, time_limit=time_limit)
+    lp = solve_lp(model.lm, time_limit=max(0.0, deadline - time.perf_counter()))
     if lp.values is None:
         return LpRoundingResult(None, f"{lp.status} {label}", None,
                                 time.perf_counter() - started, 0)
@@ -76,6 +79,8 @@ def _at(problem, budgets, costs, factor, samples, seed, time_limit, started
         return (not fits, c.seconds if fits else c.stats.peaks.get(device, 0))
 
     for threshold in thresholds:
+        if best is not None and time.perf_counter() > deadline:
+            break
         decision = _recompute_for(problem, model, lp.values, threshold, device)
         if decision is None:
             continue

@@ -20,10 +20,16 @@ from planner.remat.costs import CostTable
 from planner.remat.decision import Decision, evaluate
 from planner.remat.emit import emit_schedule
 from planner.remat.heuristics import heuristic_candidates, replay
+from planner.remat.lp_rounding import lp_rounding
 from planner.remat.problem import Reduction, RematProblem
 from planner.remat.simulate import ScheduleStats, simulate
 from planner.remat.solver import minimize_peak, solve_problem
 from planner.schedule import Schedule
+
+# Where each phase of plan_remat must stop, as shares of its time limit: the heuristics win on
+# the largest graphs, LP rounding on some mid-sized ones, CP-SAT (model build included) on the
+# rest and supplies the bound.
+SOLVER_SHARES = {"heuristics": 0.45, "lp_rounding": 0.65}
 
 
 @dataclass(frozen=True)
@@ -58,11 +64,12 @@ def plan_remat(
 ) -> RematResult:
     """Best schedule within `budgets` (bytes per device) found in `time_limit` seconds.
 
-    Heuristic schedules on the op-level problem, replayed against the true budgets, and the
-    CP-SAT solution of the chosen model (replayed too) compete; the fastest replayed schedule
-    that fits wins. Status: OPTIMAL when it meets a lower bound valid for every schedule of the
-    order (the model's own bound when the model is exact); INFEASIBLE when the exact model (or
-    the op-footprint bound) rules the budgets out; FEASIBLE or UNKNOWN otherwise. The reduced
+    Heuristic schedules on the op-level problem, replayed against the true budgets, Checkmate's
+    LP rounding on the chosen model, and the CP-SAT solution of that model (hinted with the best
+    of them it can express; replayed too) compete; the fastest replayed schedule that fits wins.
+    Status: OPTIMAL when it meets a lower bound valid for every schedule of the order (the
+    model's own bound when the model is exact); INFEASIBLE when the exact model (or the
+    op-footprint bound) rules the budgets out; FEASIBLE or UNKNOWN otherwise. The reduced
     model's status and bound are reported beside (`model_*`).
     """
     started = time.perf_counter()
@@ -73,9 +80,11 @@ def plan_remat(
     problem, tier, memory = configured.problem, configured.tier, configured.memory
     exact = all(r.exact for r in problem.reductions)
     notes: list[str] = []
-    # The heuristics' runs are a fixed list (reproducible); the deadline only guards graphs
-    # far larger than the fixtures on a slow machine.
-    deadline = started + 0.8 * time_limit
+    # The time limit is shared out: heuristics, then LP rounding, then CP-SAT, each up to a
+    # deadline (the heuristics' runs are a fixed list, so a run cut short is the only source of
+    # irreproducibility: a slower machine tries fewer of them).
+    shares = SOLVER_SHARES if use_solver else {"heuristics": 0.9}
+    deadline = started + shares["heuristics"] * time_limit
     candidates, smallest = heuristic_candidates(configured.fine, budgets, costs,
                                                 deadline=deadline)
     if configured.fine is not problem:
@@ -84,6 +93,12 @@ def plan_remat(
         candidates = sorted(candidates + more, key=lambda c: c.seconds)
         if small2 is not None:
             smallest = small2 if smallest is None else min(smallest, small2)
+    if use_solver and len(budgets) == 1:
+        # Checkmate's LP rounding on the model's problem: another candidate, and a hint.
+        lp_left = started + shares["lp_rounding"] * time_limit - time.perf_counter()
+        lp = lp_rounding(problem, budgets, costs, seed=seed, time_limit=max(0.5, lp_left))
+        if lp.candidate is not None and lp.candidate.stats.fits(dict(budgets)):
+            candidates = sorted([*candidates, lp.candidate], key=lambda c: c.seconds)
     units = {d: b // problem.memory_unit for d, b in budgets.items()}
     hint = None
     for candidate in candidates:
