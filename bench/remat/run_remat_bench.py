@@ -38,7 +38,7 @@ from planner.profile import QUICK_POLICY, profile_graph  # noqa: E402
 from planner.remat import baselines  # noqa: E402
 from planner.remat.configure import configure  # noqa: E402
 from planner.remat.costs import costs_from_profile  # noqa: E402
-from planner.remat.plan import plan_remat  # noqa: E402
+from planner.remat.inverse import smallest_heuristic_budget  # noqa: E402
 from planner.validate import validate_plan  # noqa: E402
 from schemas.plan import PlanRequest  # noqa: E402
 from tests.fixture_zoo import REQUIRED, model_path  # noqa: E402
@@ -131,24 +131,15 @@ def bench_fixture(name, time_limit, workers):
         if found and not row["ours"].get("lower_bound"):
             smallest = found if smallest is None else min(smallest, found)
     # The smallest budget: bisection between the lower bound and the smallest budget planned
-    # so far, deciding with the (deterministic) heuristics alone; then the full planner at the
-    # result, raised 2% at a time until its plan validates within the budget.
+    # so far, deciding with the (deterministic) heuristics alone (as min-budget does); then the
+    # full planner at the result, raised 2% at a time until its plan validates within it.
     for row in rows.values():
         if row["ours"]["overhead"] is not None:
             smallest = row["budget_bytes"] if smallest is None else min(smallest,
                                                                       row["budget_bytes"])
-    lo, hi = order.lower_bound_bytes, smallest
-    for _ in range(6 if hi is not None else 0):
-        if hi - lo <= 0.01 * hi:
-            break
-        mid = (lo + hi) // 2
-        probe = plan_remat(graph, order.order, {"cpu": mid}, costs, use_solver=False,
-                           time_limit=20)
-        if probe.schedule is not None:
-            hi = mid
-        else:
-            lo = mid
-    smallest = hi
+    if smallest is not None:
+        smallest = smallest_heuristic_budget(graph, order.order, "cpu", costs,
+                                             order.lower_bound_bytes, smallest)
     if smallest is not None:
         budget = smallest
         for _ in range(4):

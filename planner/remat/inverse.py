@@ -3,9 +3,11 @@
 - `min_budget`: the smallest budget on one device for which the planner returns a validated
   plan ("achieved"), next to a proven lower bound no plan can beat (the op-footprint bound of
   planner.lifetimes: state, constants and one op's inputs and outputs at once) and the
-  keep-everything arena. The achieved value comes from the smallest replayed peak the remat
-  heuristics and CP-SAT's min-peak model reach, confirmed by planning at it (raised a little
-  until the layout fits).
+  keep-everything arena. The achieved value starts from a bisection between that bound and the
+  smallest peak known to fit (keep-everything, the heuristics, CP-SAT's min-peak model), each
+  step decided by the remat heuristics alone (`smallest_heuristic_budget`: fast, deterministic,
+  replayed); the full planner then confirms it, a little higher when the layout's
+  fragmentation needs it.
 - `max_batch`: the largest value of a symbolic dim (the batch) whose plan fits the budgets, by
   doubling then bisection over `plan_model` with that dim bound (CalcGraph's search).
 """
@@ -40,9 +42,11 @@ class MinBudget:
 def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 60.0,
                workers: int = 1, seed: int = 0, alignment: int = 64,
                plan: Callable[[Graph, PlanRequest], Plan] | None = None) -> MinBudget:
+    """See the module doc. Time: a tenth for keeping everything, up to a fifth for CP-SAT's
+    min-peak model, about half for the bisection, the rest for confirming plans."""
     from planner.pipeline import plan_graph, profile_for
     from planner.remat.costs import costs_from_profile
-    from planner.remat.plan import plan_remat, smallest_peak
+    from planner.remat.plan import smallest_peak
 
     started = time.perf_counter()
     plan = plan or (lambda g, r: plan_graph(g, r))
@@ -56,21 +60,18 @@ def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 6
     profile = profile or profile_for(graph, base, lambda *_: None)
     base = base.model_copy(update={"profile": profile})
     costs = costs_from_profile(profile, graph, [device])
-    probe = plan_remat(graph, order.order, {device: lower}, costs, use_solver=False,
-                       memory_unit=alignment)
-    candidates = [keep_arena]
-    if probe.smallest_peak_bytes is not None:
-        candidates.append(probe.smallest_peak_bytes)
-    left = time_limit - (time.perf_counter() - started)
-    if left > 5:
-        peak = smallest_peak(graph, order.order, device, costs, time_limit=left * 0.4,
+    upper = keep_arena
+    if len(graph.ops) <= MIN_PEAK_MODEL_OPS:
+        peak = smallest_peak(graph, order.order, device, costs, time_limit=time_limit * 0.2,
                              workers=workers, seed=seed, memory_unit=alignment,
                              hint_budget=keep_arena)
         if peak.peak_bytes is not None:
-            candidates.append(peak.peak_bytes)
-    budget = max(lower, min(candidates))
+            upper = min(upper, peak.peak_bytes)
+    budget = smallest_heuristic_budget(graph, order.order, device, costs, lower, upper,
+                                       memory_unit=alignment,
+                                       probe_seconds=max(2.0, time_limit * 0.08))
     best = keep_all
-    per_try = max(2.0, (time_limit - (time.perf_counter() - started)) / 4)
+    per_try = max(2.0, (time_limit - (time.perf_counter() - started)) / 3)
     for _ in range(6):
         if budget >= keep_arena:
             break
@@ -85,6 +86,34 @@ def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 6
             budget = max(budget + alignment, min(nxt, int(budget * 1.03)))
     return MinBudget(device, lower, best.devices[0].arena_bytes, keep_arena, best,
                      time.perf_counter() - started)
+
+
+# Graphs up to this many ops also try CP-SAT's min-peak model (beyond it, it finds nothing the
+# heuristics do not in the time a query has).
+MIN_PEAK_MODEL_OPS = 300
+
+
+def smallest_heuristic_budget(graph: Graph, order, device: str, costs, lower: int, upper: int,
+                              *, memory_unit: int = 64, probe_seconds: float = 20.0,
+                              steps: int = 6, tolerance: float = 0.01) -> int:
+    """A small budget the remat heuristics meet, by bisection on [lower, upper] (`upper` should
+    fit): each probe runs the heuristics alone at the middle budget and, when one of their
+    schedules replays within it, continues below that schedule's peak. A heuristic answer, not
+    a proof: a failed probe only means the heuristics found nothing there."""
+    from planner.remat.plan import plan_remat
+
+    lo, hi = lower, upper
+    for _ in range(steps):
+        if hi - lo <= tolerance * hi:
+            break
+        mid = (lo + hi) // 2
+        probe = plan_remat(graph, order, {device: mid}, costs, use_solver=False,
+                           time_limit=probe_seconds, memory_unit=memory_unit)
+        if probe.schedule is not None:
+            hi = probe.stats.peaks[device]
+        else:
+            lo = mid
+    return hi
 
 
 @dataclass(frozen=True)
