@@ -140,10 +140,22 @@ def _rematerialize(graph: Graph, request: PlanRequest, order: OrderResult, plan_
             solvers=[_order_report(order), _remat_report(result)],
             predicted_seconds=result.objective_seconds, layout_time_limit=min(remaining, 10.0),
         )
-        over = {d.device: d.arena_bytes - d.budget_bytes for d in built.plan.devices
-                if d.arena_bytes > d.budget_bytes}
+        over = _overshoot(built.plan)
         if not over:
             return built, profile
+        for alternative in result.alternatives:
+            # A slower schedule with lower peaks may lay out within the budgets: no new solve.
+            if any(alternative.stats.peaks.get(d, 0) > budgets[d] - e for d, e in over.items()):
+                continue
+            remaining = max(1.0, total - (time.perf_counter() - started))
+            built = build_plan(
+                graph, alternative.schedule, request, plan_id=plan_id,
+                planner_version=PLANNER_VERSION,
+                solvers=[_order_report(order), _remat_report(result, alternative)],
+                predicted_seconds=alternative.seconds, layout_time_limit=min(remaining, 5.0),
+            )
+            if not _overshoot(built.plan):
+                return built, profile
         for device, excess in over.items():
             target[device] = max(1, target[device] - excess - request.alignment)
     raise InfeasibleError(
@@ -152,6 +164,12 @@ def _rematerialize(graph: Graph, request: PlanRequest, order: OrderResult, plan_
         + ", ".join(f"{d}={budgets[d] + e} B" for d, e in over.items()),
         smallest_feasible=max(budgets[d] + e for d, e in over.items()),
     )
+
+
+def _overshoot(plan: Plan) -> dict[str, int]:
+    """Bytes by which each device's arena exceeds its budget (devices within it left out)."""
+    return {d.device: d.arena_bytes - d.budget_bytes for d in plan.devices
+            if d.arena_bytes > d.budget_bytes}
 
 
 def _raise_infeasible(graph, request, order, costs, result, keep_all_arena) -> None:
@@ -248,7 +266,9 @@ def _order_report(order: OrderResult) -> SolverReport:
     )
 
 
-def _remat_report(result) -> SolverReport:
+def _remat_report(result, chosen=None) -> SolverReport:
+    """The remat phase's report; `chosen`: the runner-up schedule used instead of the best one
+    (planner.remat.plan.RematResult.alternatives), whose time, gap and counts it then gives."""
     notes = [f"model tier {result.tier} ({result.memory_model} memory)"]
     if result.model_status is not None:
         bound = (f", bound {result.model_bound_seconds:.6g} s"
@@ -260,11 +280,19 @@ def _remat_report(result) -> SolverReport:
                               "every op once on its fastest device (valid for any plan)"))
     notes += [f"reduction: {r.name} ({'exact' if r.exact else 'not exact'}): {r.detail}"
               for r in result.reductions]
-    if result.stats is not None:
-        notes.append(f"{result.stats.recomputes} recomputations, {result.stats.copies} copies")
+    method, objective, stats, status, gap = (result.method, result.objective_seconds,
+                                             result.stats, result.status, result.gap)
+    if chosen is not None:
+        notes.append(f"the fastest schedule ({result.method}) laid out past the budget; this "
+                     "slower one with lower peaks lays out within it")
+        method, objective, stats = chosen.name, chosen.seconds, chosen.stats
+        gap = max(0.0, (objective - result.bound_seconds) / objective) if objective else 0.0
+        status = "OPTIMAL" if gap <= 1e-9 else "FEASIBLE"
+    if stats is not None:
+        notes.append(f"{stats.recomputes} recomputations, {stats.copies} copies")
     notes += list(result.notes)
     return SolverReport(
-        phase="remat", method=result.method, status=result.status,
-        objective=result.objective_seconds, bound=result.bound_seconds, gap=result.gap,
-        baseline=result.keep_all_seconds, seconds=result.seconds, notes=notes,
+        phase="remat", method=method, status=status, objective=objective,
+        bound=result.bound_seconds, gap=gap, baseline=result.keep_all_seconds,
+        seconds=result.seconds, notes=notes,
     )

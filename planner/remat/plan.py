@@ -19,7 +19,7 @@ from planner.remat.configure import configure
 from planner.remat.costs import CostTable
 from planner.remat.decision import Decision, evaluate
 from planner.remat.emit import emit_schedule
-from planner.remat.heuristics import heuristic_candidates, replay
+from planner.remat.heuristics import Candidate, heuristic_candidates, replay
 from planner.remat.lp_rounding import lp_rounding
 from planner.remat.problem import Reduction, RematProblem
 from planner.remat.simulate import ScheduleStats, simulate
@@ -29,7 +29,9 @@ from planner.schedule import Schedule
 # Where each phase of plan_remat must stop, as shares of its time limit: the heuristics win on
 # the largest graphs, LP rounding on some mid-sized ones, CP-SAT (model build included) on the
 # rest and supplies the bound.
-SOLVER_SHARES = {"heuristics": 0.45, "lp_rounding": 0.65}
+SOLVER_SHARES = {"heuristics": 0.6, "lp_rounding": 0.75}
+# Runners-up kept beside the best schedule, for when its layout fragments past a budget.
+ALTERNATIVES = 8
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class RematResult:
     decision: Decision | None = None
     notes: tuple[str, ...] = ()
     model_stats: dict[str, object] = field(default_factory=dict)
+    # Other schedules within the budgets, fastest first: with lower peaks, they may lay out
+    # within a budget the best one's arena overshoots (planner.pipeline tries them first).
+    alternatives: tuple[Candidate, ...] = ()
 
 
 def plan_remat(
@@ -144,7 +149,17 @@ def plan_remat(
         model_bound_seconds=model_bound, smallest_peak_bytes=smallest,
         problem=best.problem if best else problem, decision=best.decision if best else None,
         notes=tuple(notes), model_stats=solution.stats if solution else {},
+        alternatives=_lower_peaks(best, candidates[1:]),
     )
+
+
+def _lower_peaks(best: Candidate | None, others: Sequence[Candidate]) -> tuple[Candidate, ...]:
+    """Up to ALTERNATIVES of `others` (fastest first) whose peaks are all below `best`'s."""
+    if best is None:
+        return ()
+    lower = [c for c in others
+             if all(c.stats.peaks.get(d, 0) < peak for d, peak in best.stats.peaks.items())]
+    return tuple(lower[:ALTERNATIVES])
 
 
 def _below_lower_bound(graph, budgets, costs, started) -> RematResult:
