@@ -26,6 +26,12 @@ from tests.test_service_support import (
 )
 
 
+# A job that surely runs a while: resnet18_narrow at about 70% of its keep-everything peak
+# needs rematerialization, whose solver uses its whole time limit. (At a generous budget the
+# planner may finish within a few seconds, before a test sees the job running.)
+LONG_JOB = {"budget": 3_000_000, "time_limit_s": 10}
+
+
 def _running(url: str, plan_id: str, timeout: float = 30) -> None:
     """Wait until a solver process has the job and has reported a phase."""
     wait_for(url, plan_id, until=(202,), timeout=timeout,
@@ -59,7 +65,7 @@ def test_a_killed_server_reruns_its_jobs_after_restart(tmp_path):
     service.start()
     try:
         slow = submit(service.url, model_path("resnet18_narrow"),
-                      request_json(time_limit_s=4, seed=1), wait=0)
+                      request_json(**LONG_JOB, seed=1), wait=0)
         queued = submit(service.url, model_path("mlp_sgd"), request_json(time_limit_s=1),
                         wait=0)
         assert slow.status_code == 202 and queued.status_code == 202
@@ -89,7 +95,7 @@ def test_a_job_interrupted_too_often_fails_with_the_reason(tmp_path):
     service = ServiceProcess(tmp_path, workers=1, env={"ARENAPLAN_MAX_ATTEMPTS": "1"})
     service.start()
     try:
-        request = request_json(time_limit_s=4, seed=2)
+        request = request_json(**LONG_JOB, seed=2)
         accepted = submit(service.url, model_path("resnet18_narrow"), request, wait=0)
         plan_id = accepted.json()["plan_id"]
         _running(service.url, plan_id)
@@ -116,7 +122,7 @@ def test_a_dead_or_overdue_solver_fails_its_job_and_the_service_goes_on(tmp_path
     service.start()
     try:
         crash = submit(service.url, model_path("resnet18_narrow"),
-                       request_json(time_limit_s=3, seed=3), wait=0)
+                       request_json(LONG_JOB["budget"], time_limit_s=3, seed=3), wait=0)
         crash_id = crash.json()["plan_id"]
         _running(service.url, crash_id)
         (solver,) = service.worker_pids()
@@ -135,7 +141,7 @@ def test_a_dead_or_overdue_solver_fails_its_job_and_the_service_goes_on(tmp_path
                       wait=60)
         assert fine.status_code == 200, fine.text[:300]
         retried = submit(service.url, model_path("resnet18_narrow"),
-                         request_json(time_limit_s=3, seed=3), wait=0)
+                         request_json(LONG_JOB["budget"], time_limit_s=3, seed=3), wait=0)
         assert retried.json()["plan_id"] == crash_id and retried.status_code == 202
     finally:
         service.stop()

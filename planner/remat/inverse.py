@@ -43,7 +43,8 @@ def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 6
                workers: int = 1, seed: int = 0, alignment: int = 64,
                plan: Callable[[Graph, PlanRequest], Plan] | None = None) -> MinBudget:
     """See the module doc. Time: a tenth for keeping everything, up to a fifth for CP-SAT's
-    min-peak model, about half for the bisection, the rest for confirming plans."""
+    min-peak model, the bisection until 60% of it, the rest for confirming plans (the first
+    confirmation runs even when the bisection has used it all: no answer is worse)."""
     from planner.pipeline import plan_graph, profile_for
     from planner.remat.costs import costs_from_profile
     from planner.remat.plan import smallest_peak
@@ -69,14 +70,15 @@ def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 6
             upper = min(upper, peak.peak_bytes)
     budget = smallest_heuristic_budget(graph, order.order, device, costs, lower, upper,
                                        memory_unit=alignment,
-                                       probe_seconds=max(2.0, time_limit * 0.08))
+                                       probe_seconds=max(2.0, time_limit * 0.08),
+                                       deadline=started + 0.6 * time_limit)
     best = keep_all
-    per_try = max(2.0, (time_limit - (time.perf_counter() - started)) / 3)
-    for _ in range(6):
-        if budget >= keep_arena:
+    for attempt in range(6):
+        left = time_limit - (time.perf_counter() - started)
+        if budget >= keep_arena or (attempt and left <= 0):
             break
         request = base.model_copy(update={"budgets": {device: budget},
-                                          "time_limit_s": per_try})
+                                          "time_limit_s": max(0.2 * time_limit, left / 2)})
         try:
             best = plan(graph, request)
             break
@@ -95,16 +97,19 @@ MIN_PEAK_MODEL_OPS = 300
 
 def smallest_heuristic_budget(graph: Graph, order, device: str, costs, lower: int, upper: int,
                               *, memory_unit: int = 64, probe_seconds: float = 20.0,
-                              steps: int = 6, tolerance: float = 0.01) -> int:
+                              steps: int = 6, tolerance: float = 0.01,
+                              deadline: float | None = None) -> int:
     """A small budget the remat heuristics meet, by bisection on [lower, upper] (`upper` should
     fit): each probe runs the heuristics alone at the middle budget and, when one of their
     schedules replays within it, continues below that schedule's peak. A heuristic answer, not
-    a proof: a failed probe only means the heuristics found nothing there."""
+    a proof: a failed probe only means the heuristics found nothing there. No probe starts
+    after `deadline` (a perf_counter time)."""
     from planner.remat.plan import plan_remat
 
     lo, hi = lower, upper
     for _ in range(steps):
-        if hi - lo <= tolerance * hi:
+        if hi - lo <= tolerance * hi or (deadline is not None
+                                         and time.perf_counter() > deadline):
             break
         mid = (lo + hi) // 2
         probe = plan_remat(graph, order, {device: mid}, costs, use_solver=False,
