@@ -100,8 +100,9 @@ def smallest_heuristic_budget(graph: Graph, order, device: str, costs, lower: in
                               steps: int = 6, tolerance: float = 0.01,
                               deadline: float | None = None) -> int:
     """A small budget the remat heuristics meet, by bisection on [lower, upper] (`upper` should
-    fit): each probe runs the heuristics alone at the middle budget and, when one of their
-    schedules replays within it, continues below that schedule's peak. A heuristic answer, not
+    fit): each probe runs the heuristics alone at the middle budget and continues below the
+    smallest peak any of their schedules replayed (within the budget or not: a schedule fits a
+    budget of its own peak), else above the middle. A heuristic answer, not
     a proof: a failed probe only means the heuristics found nothing there. No probe starts
     after `deadline` (a perf_counter time)."""
     from planner.remat.plan import plan_remat
@@ -118,6 +119,9 @@ def smallest_heuristic_budget(graph: Graph, order, device: str, costs, lower: in
             hi = probe.stats.peaks[device]
         else:
             lo = mid
+        if probe.smallest_peak_bytes is not None:
+            # A schedule the heuristics replayed at that peak fits a budget of that peak.
+            hi = min(hi, max(probe.smallest_peak_bytes, lo))
     return hi
 
 
