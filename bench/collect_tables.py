@@ -23,6 +23,12 @@ SECTIONS = {
     "service": "Service: concurrent requests, cached-plan latency (issue 7)",
 }
 
+# Tables a bench writes besides its results.md: (title, table, runner), relative to bench/.
+EXTRA = [
+    ("Runtime: the real planner's plans at 100%, 50% and the minimum budget vs ONNX Runtime "
+     "(issue 6)", "runtime/remat_check.md", "runtime/check_remat_plans.py"),
+]
+
 
 def main() -> int:
     lines = [
@@ -34,9 +40,10 @@ def main() -> int:
         "with other work while measuring (timings are noisy; memory figures are exact).",
         "",
     ]
-    for name, title in SECTIONS.items():
-        results = BENCH / name / "results.md"
-        runner = BENCH / name / f"run_{name}_bench.py"
+    tables = [(title, BENCH / name / "results.md", BENCH / name / f"run_{name}_bench.py")
+              for name, title in SECTIONS.items()]
+    tables += [(title, BENCH / results, BENCH / runner) for title, results, runner in EXTRA]
+    for title, results, runner in tables:
         if not results.exists():
             continue
         lines += [f"## {title}", "", f"`.venv/bin/python {runner.relative_to(BENCH.parent)}`", ""]
