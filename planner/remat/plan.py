@@ -135,6 +135,9 @@ def plan_remat(
         objective = gap = None
     else:
         objective = best.seconds
+        if lower - objective <= 1e-9 * lower:
+            # The same op times summed in another order: equal up to rounding, never above.
+            lower = min(lower, objective)
         gap = max(0.0, (objective - lower) / objective) if objective else 0.0
         status = "OPTIMAL" if gap <= 1e-9 else "FEASIBLE"
     return RematResult(
