@@ -8,7 +8,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-slow lint fixtures schemas clean
+.PHONY: serve test test-slow test-scale lint fixtures schemas clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ test: $(STAMP_DEV)
 
 test-slow: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no slow tests yet
+
+test-scale: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q -m scale $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .

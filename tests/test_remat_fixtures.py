@@ -1,6 +1,7 @@
 """Plans for the fixture zoo at 100%, 75%, 50% of the keep-everything peak and at the smallest
 budget the planner meets: every plan passes the validator within its budget; a budget below the
-proven lower bound is refused with that bound. The large fixtures are marked `scale` (by hand)."""
+proven lower bound is refused with that bound, any other refusal names a larger budget the
+planner meets. The large fixtures are marked `scale` (CI runs them in their own step)."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def test_resnet18_plans_at_its_smallest_budget_within_120_seconds():
     budget = int(keep_all_peak(graph) * 0.55)
     started = time.perf_counter()
     plan = plan_model(model_path("resnet18_narrow"),
-                      PlanRequest(budgets={"cpu": budget}, time_limit_s=110, workers=2))
+                      PlanRequest(budgets={"cpu": budget}, time_limit_s=100, workers=2))
     assert time.perf_counter() - started < 120
     assert validate_plan(graph, plan).ok
     remat = next(s for s in plan.solvers if s.phase == "remat")
