@@ -25,7 +25,6 @@ from tests.test_service_support import (
     wait_for,
 )
 
-
 # A job that surely runs a while: resnet18_narrow at about 70% of its keep-everything peak
 # needs rematerialization, whose solver uses its whole time limit. (At a generous budget the
 # planner may finish within a few seconds, before a test sees the job running.)
