@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from planner.graph import Graph
 from planner.remat.chain_dp import chain_schedule, find_chain, solve_chain
 from planner.remat.costs import CostTable
-from planner.remat.executor import execute, sqrt_checkpoints
+from planner.remat.executor import ExecutionResult, execute, sqrt_checkpoints
 from planner.remat.heuristics import replay
 from planner.remat.lp_rounding import lp_rounding
 from planner.remat.problem import RematProblem
@@ -56,12 +56,7 @@ def keep_all(graph: Graph, order: Sequence[int], device: str, costs: CostTable,
 def chen_sqrt(problem: RematProblem, costs: CostTable) -> BaselineResult:
     started = time.perf_counter()
     result = execute(problem, problem.home, "checkpoints", checkpoints=sqrt_checkpoints(problem))
-    if result.decision is None:
-        return BaselineResult("chen-sqrt", None, None, time.perf_counter() - started,
-                              result.reason)
-    candidate = replay(problem, result.decision, costs, "chen-sqrt")
-    return BaselineResult("chen-sqrt", candidate.schedule, candidate.stats,
-                          time.perf_counter() - started)
+    return _replayed("chen-sqrt", problem, result, costs, started)
 
 
 def greedy(problem: RematProblem, budgets: Mapping[str, int], costs: CostTable
@@ -69,11 +64,16 @@ def greedy(problem: RematProblem, budgets: Mapping[str, int], costs: CostTable
     started = time.perf_counter()
     units = budgets[problem.home] // problem.memory_unit
     result = execute(problem, problem.home, "greedy", budget=units, actual=True)
+    return _replayed("greedy", problem, result, costs, started)
+
+
+def _replayed(name: str, problem: RematProblem, result: ExecutionResult, costs: CostTable,
+              started: float) -> BaselineResult:
+    """An executor policy's decision as a baseline: replayed, or why it found none."""
     if result.decision is None:
-        return BaselineResult("greedy", None, None, time.perf_counter() - started,
-                              result.reason)
-    candidate = replay(problem, result.decision, costs, "greedy")
-    return BaselineResult("greedy", candidate.schedule, candidate.stats,
+        return BaselineResult(name, None, None, time.perf_counter() - started, result.reason)
+    candidate = replay(problem, result.decision, costs, name)
+    return BaselineResult(name, candidate.schedule, candidate.stats,
                           time.perf_counter() - started)
 
 
