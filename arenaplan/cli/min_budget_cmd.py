@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from arenaplan.cli.common import EXIT_OK
-from arenaplan.cli.options import add_dims_option
+from arenaplan.cli.options import add_dims_option, add_solver_options
 from arenaplan.cli.request import _read_profile as read_profile
 from planner.errors import InvalidInputError
 from planner.summary import format_bytes
@@ -24,11 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--graph-json", metavar="G.json", help="a node-link JSON DAG instead")
     parser.add_argument("--device", default="cpu", help="device to size (default cpu)")
     add_dims_option(parser)
-    parser.add_argument("--profile", help="per-op costs from `arenaplan profile -o`")
-    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
-                        help="total solver time in seconds (default 60)")
-    parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    add_solver_options(parser, 60.0, "total solver time in seconds")
     parser.add_argument("-o", "--output", metavar="PLAN.json",
                         help="write the plan made at the achieved budget")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

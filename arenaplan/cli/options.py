@@ -56,10 +56,16 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
         help="arena budget of a device, e.g. cpu=512MiB (binary units KiB/MiB/GiB or KB/MB/GB)",
     )
     add_dims_option(parser)
-    parser.add_argument("--profile", help="per-op costs from `arenaplan profile -o`")
-    parser.add_argument("--time-limit", type=float, default=30.0, metavar="S",
-                        help="solver time limit in seconds (default 30)")
-    parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    add_solver_options(parser)
     parser.add_argument("--alignment", type=int, default=64,
                         help="byte alignment of buffer offsets (default 64)")
+
+
+def add_solver_options(parser: argparse.ArgumentParser, time_limit: float = 30.0,
+                       time_help: str = "solver time limit in seconds") -> None:
+    """--profile, --time-limit, --workers, --seed: what every solving command takes."""
+    parser.add_argument("--profile", help="per-op costs from `arenaplan profile -o`")
+    parser.add_argument("--time-limit", type=float, default=time_limit, metavar="S",
+                        help=f"{time_help} (default {time_limit:g})")
+    parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
