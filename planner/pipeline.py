@@ -1,8 +1,8 @@
 """The planner's one entry point: model bytes + PlanRequest -> a validated Plan.
 
 Phases, each reported in `plan.solvers` with its status, bound, gap and time:
-1. load and check the model (planner.graph), binding the request's dims (`plan_graph` starts
-   here for a graph built another way, e.g. planner.remat.graph_json);
+1. load and check the model (planner.ir.graph), binding the request's dims (`plan_graph` starts
+   here for a graph built another way, e.g. planner.ir.graph_json);
 2. order the ops to keep peak live bytes low (planner.order, OLLA's lifetime half);
 3. with one device, keep everything in that order (free after last read) when its arena fits the
    budget; otherwise, or with two or more devices, rematerialization and placement
@@ -13,7 +13,8 @@ Phases, each reported in `plan.solvers` with its status, bound, gap and time:
 4. lay out every device's buffers in one arena (planner.layout, OLLA's location half); the remat
    solver bounds live bytes, so when fragmentation makes an arena exceed its budget the solve is
    repeated with that budget lowered by the excess (bounded retries);
-5. replay the plan independently (planner.validate); a plan that fails is a bug, never returned.
+5. replay the plan independently (planner.plan.validate); a plan that fails is a bug, never
+   returned.
 
 An infeasible request raises InfeasibleError naming the smallest budget this planner meets (or,
 below the op-footprint bound no plan can beat, that proven lower bound).
@@ -28,12 +29,12 @@ from pathlib import Path
 from onnx import ModelProto
 
 from planner.errors import InfeasibleError, InvalidInputError
-from planner.graph import Graph, load_graph
-from planner.lifetimes import order_lower_bound
+from planner.ir.graph import Graph, load_graph
+from planner.memory.liveness import order_lower_bound
+from planner.memory.schedule import sequential_schedule
 from planner.order import OrderResult, optimize_order
-from planner.plan_builder import build_plan
-from planner.schedule import sequential_schedule
-from planner.validate import validate_plan
+from planner.plan.builder import build_plan
+from planner.plan.validate import validate_plan
 from planner.version import PLANNER_VERSION
 from schemas.plan import Plan, PlanRequest, SolverReport, compute_plan_id
 
@@ -116,8 +117,8 @@ def _rematerialize(graph: Graph, request: PlanRequest, order: OrderResult, plan_
                    notify: ProgressCallback, started: float, keep_all_arena: int | None):
     """Remat + layout, retried with lowered targets while fragmentation overshoots a budget.
     `keep_all_arena`: the arena keeping everything needs (one device), a budget known to work."""
-    from planner.remat.costs import costs_from_profile
-    from planner.remat.plan import plan_remat
+    from planner.profile.costs import costs_from_profile
+    from planner.remat.rematerialize import plan_remat
 
     profile = profile_for(graph, request, notify)
     costs = costs_from_profile(profile, graph, list(request.budgets))
@@ -176,7 +177,7 @@ def _raise_infeasible(graph, request, order, costs, result, keep_all_arena) -> N
     """No plan within the budgets: say what to ask for. Proven infeasibility says so (the exact
     model's verdict); otherwise the smallest budget this planner is known to meet: a plan at the
     smallest peak the heuristics replayed, else keeping everything (`keep_all_arena`)."""
-    from planner.remat.plan import plan_remat
+    from planner.remat.rematerialize import plan_remat
 
     lower = order_lower_bound(graph)
     home = result.problem.home if result.problem is not None else next(iter(request.budgets))
@@ -211,12 +212,12 @@ def _raise_infeasible(graph, request, order, costs, result, keep_all_arena) -> N
 
 def profile_for(graph: Graph, request: PlanRequest, notify: ProgressCallback):
     """The request's profile, else one measured now (CPU: quick timing policy, cached); extra
-    host arenas `cpu:N` share the CPU's costs (planner.remat.costs.with_host_arenas)."""
+    host arenas `cpu:N` share the CPU's costs (planner.profile.costs.with_host_arenas)."""
     devices = list(request.budgets)
     profile = request.profile
     if profile is None:
         from planner.profile import QUICK_POLICY, profile_graph
-        from planner.remat.costs import measured_as
+        from planner.profile.costs import measured_as
 
         measured = list(dict.fromkeys(measured_as(d) for d in devices))
         notify("profile", {"devices": measured})
@@ -232,7 +233,7 @@ def profile_for(graph: Graph, request: PlanRequest, notify: ProgressCallback):
                     f"{gpus[0]} -o profile.json)"
                 ) from None
             raise
-    from planner.remat.costs import with_host_arenas
+    from planner.profile.costs import with_host_arenas
 
     return with_host_arenas(profile, devices)
 
@@ -268,7 +269,8 @@ def _order_report(order: OrderResult) -> SolverReport:
 
 def _remat_report(result, chosen=None) -> SolverReport:
     """The remat phase's report; `chosen`: the runner-up schedule used instead of the best one
-    (planner.remat.plan.RematResult.alternatives), whose time, gap and counts it then gives."""
+    (planner.remat.rematerialize.RematResult.alternatives), whose time, gap and counts it then
+    gives."""
     notes = [f"model tier {result.tier} ({result.memory_model} memory)"]
     if result.model_status is not None:
         bound = (f", bound {result.model_bound_seconds:.6g} s"

@@ -118,7 +118,7 @@ class BufferSpec(BaseModel):
     shape: list[int]
     first_step: int = Field(ge=0, description="first step the buffer is live in")
     last_step: int = Field(ge=0, description="last step the buffer is live in (inclusive)")
-    role: str = Field(description="tensor role (planner.graph.TensorRole)")
+    role: str = Field(description="tensor role (planner.ir.graph.TensorRole)")
     zone: Literal["persistent", "transient"] = Field(
         description="persistent: state and constants, at fixed offsets across training steps"
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.report import render_report_html
 from schemas.plan import Plan
 

@@ -2,7 +2,7 @@
 
 Issue 6 asks that plans at 100%, 50% and the minimum feasible budget run in their arenas and
 equal ONNX Runtime. Those plans must come from the real planner (the pipeline and, for "min",
-planner.remat.inverse.min_budget), not from hand-built schedules, because only the solver's
+planner.queries.min_budget), not from hand-built schedules, because only the solver's
 plans mix recomputation, reordering and address reuse the way users get them. The bench
 (bench/runtime/check_remat_plans.py) runs every fixture and kind; the slow test a subset.
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.errors import InfeasibleError
-from planner.graph import load_graph
-from planner.lifetimes import order_lower_bound
+from planner.ir.graph import load_graph
+from planner.memory.liveness import order_lower_bound
 from planner.pipeline import plan_model
-from planner.remat.inverse import min_budget
+from planner.queries import min_budget
 from runtime.executor import ExecutorOptions
 from schemas.plan import ComputeStep, Plan, PlanRequest
 from tests.fixture_zoo import model_path
@@ -44,7 +44,7 @@ class BudgetPlan:
     name: str
     kind: str
     budget: int  # bytes asked for (for "min": the budget min_budget achieved)
-    lower_bound: int  # planner.lifetimes.order_lower_bound: no plan fits below
+    lower_bound: int  # planner.memory.liveness.order_lower_bound: no plan fits below
     keep_all_peak: int  # the heuristic order's peak without recomputation (100%)
     plan: Plan | None = None
     planned_at: int | None = None  # budget the plan was made for (a refusal's smallest feasible)

@@ -15,7 +15,7 @@ from planner.errors import (
     UnsupportedOperatorError,
     UnsupportedVersionError,
 )
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from tests.onnx_builders import make_model, relu_chain, tiny_momentum_step, value
 
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from arenaplan.cli import main
-from planner.graph import Region, TensorRole, load_graph
+from planner.ir.graph import Region, TensorRole, load_graph
 from tests.fixture_zoo import REQUIRED, fixture_names, model_path, sidecar
 
 NAMES = fixture_names()

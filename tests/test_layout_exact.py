@@ -7,7 +7,7 @@ import random
 import pytest
 
 from planner.layout import Buffer, check_layout, heuristic_layout, lower_bound, plan_layout
-from planner.layout.plan import exact_layout
+from planner.layout.choose import exact_layout
 from tests.test_layout_support import brute_force_arena, random_buffers
 
 SEEDS = range(40)

@@ -6,11 +6,11 @@ import itertools
 
 import pytest
 
-from planner.graph import load_graph
-from planner.lifetimes import check_order, lifetimes, order_lower_bound
-from planner.olla_lifetime import solve_lifetimes
+from planner.ir.graph import load_graph
+from planner.memory.liveness import check_order, lifetimes, order_lower_bound
 from planner.order import optimize_order
-from planner.order_heuristics import file_order, memory_greedy_order
+from planner.order.heuristics import file_order, memory_greedy_order
+from planner.order.olla_ilp import solve_lifetimes
 from tests.onnx_builders import random_dag, tiny_momentum_step
 
 
@@ -107,8 +107,8 @@ def test_optimize_order_reports_its_work():
 def test_window_problem_reproduces_the_live_bytes_of_the_window(seed):
     import random
 
-    from planner.olla_lifetime import solve_problem
-    from planner.order_refine import window_problem
+    from planner.order.olla_ilp import solve_problem
+    from planner.order.refine import window_problem
 
     graph = load_graph(random_dag(seed, n_ops=14))
     order = memory_greedy_order(graph)
@@ -129,7 +129,7 @@ def test_window_problem_reproduces_the_live_bytes_of_the_window(seed):
 
 
 def test_refinement_only_ever_lowers_the_peak():
-    from planner.order_refine import refine_order
+    from planner.order.refine import refine_order
 
     for seed in range(4):
         graph = load_graph(random_dag(seed, n_ops=30))

@@ -8,9 +8,9 @@ import pytest
 
 from arenaplan.cli import main
 from planner.errors import InfeasibleError
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.pipeline import plan_model
-from planner.validate import validate_plan
+from planner.plan.validate import validate_plan
 from schemas.plan import ComputeStep, FreeStep, Plan, PlanRequest, compute_plan_id
 from tests.fixture_zoo import model_path
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from planner.errors import InvalidInputError
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, ProfileCache, default_cache_path, profile_graph
 from planner.profile.cache import CachedCost, CacheKey
 

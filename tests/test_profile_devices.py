@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from planner.errors import InvalidInputError
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, copy_seconds, profile_graph
 from planner.profile.devices import Device, cuda_really_available, parse_device
 from schemas.profile import Roofline

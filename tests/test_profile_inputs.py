@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from planner.errors import InvalidInputError
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.inputs import capture_values, graph_input_values, index_upper_bound
 from tests.onnx_builders import make_model, value

@@ -9,7 +9,7 @@ import pytest
 
 from arenaplan.cli import main
 from planner.errors import InvalidInputError
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, copy_seconds, load_profile, profile_graph, save_profile
 from planner.profile.copies import fit_line
 from schemas.profile import CopyFit, CopySample, Profile

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.profile import DEFAULT_POLICY, QUICK_POLICY, profile_graph
 from planner.profile.devices import session_options
 from tests.onnx_builders import make_model, tiny_momentum_step, value

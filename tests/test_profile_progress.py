@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, ConsoleProgress, ProgressEvent, profile_graph
 from tests.onnx_builders import tiny_momentum_step
 

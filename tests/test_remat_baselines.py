@@ -6,16 +6,16 @@ import random
 
 import pytest
 
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
+from planner.ir.graph_json import graph_from_node_link
 from planner.order import optimize_order
-from planner.plan_builder import build_plan
+from planner.plan.builder import build_plan
+from planner.plan.validate import validate_plan
 from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.costs import costs_from_profile
 from planner.remat import baselines
 from planner.remat.configure import configure
-from planner.remat.costs import costs_from_profile
-from planner.remat.graph_json import graph_from_node_link
-from planner.remat.plan import plan_remat
-from planner.validate import validate_plan
+from planner.remat.rematerialize import plan_remat
 from schemas.plan import ComputeStep, PlanRequest
 from tests.fixture_zoo import model_path
 from tests.test_remat_chain import chain_json

@@ -13,18 +13,18 @@ import random
 
 import pytest
 
+from planner.ir.graph_json import graph_from_node_link
+from planner.memory.simulate import simulate
 from planner.pipeline import plan_graph
+from planner.plan.validate import validate_plan
+from planner.profile.costs import costs_from_profile
 from planner.remat.chain_dp import chain_schedule, find_chain, solve_chain
 from planner.remat.constraints import build_model
-from planner.remat.costs import costs_from_profile
 from planner.remat.decision import from_solution
 from planner.remat.emit import emit_schedule
-from planner.remat.graph_json import graph_from_node_link
 from planner.remat.linear import solve_cpsat
 from planner.remat.model import RematModel
 from planner.remat.problem import RematOptions, build_problem
-from planner.remat.simulate import simulate
-from planner.validate import validate_plan
 from schemas.plan import ComputeStep, PlanRequest
 
 EXACT = RematOptions(window="any", just_in_time=False, memory_unit=1, time_unit=1.0)

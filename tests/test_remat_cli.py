@@ -8,10 +8,10 @@ import random
 import pytest
 
 from arenaplan.cli import main
-from planner.graph import load_graph
-from planner.lifetimes import order_lower_bound
-from planner.remat.graph_json import read_graph_json
-from planner.validate import validate_plan
+from planner.ir.graph import load_graph
+from planner.ir.graph_json import read_graph_json
+from planner.memory.liveness import order_lower_bound
+from planner.plan.validate import validate_plan
 from schemas.plan import Plan
 from tests.fixture_zoo import model_path
 from tests.onnx_builders import tiny_momentum_step

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 
 from planner.errors import InvalidInputError
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.order import optimize_order
 from planner.pipeline import plan_graph
+from planner.plan.validate import validate_plan
 from planner.profile import QUICK_POLICY, profile_graph
-from planner.validate import validate_plan
 from schemas.plan import ComputeStep, CopyStep, PlanRequest
 from schemas.profile import CopyFit
 from tests.fixture_zoo import model_path

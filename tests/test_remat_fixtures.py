@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from planner.errors import InfeasibleError
-from planner.graph import load_graph
-from planner.lifetimes import order_lower_bound
+from planner.ir.graph import load_graph
+from planner.memory.liveness import order_lower_bound
 from planner.order import optimize_order
 from planner.pipeline import plan_model
-from planner.remat.inverse import min_budget
-from planner.validate import validate_plan
+from planner.plan.validate import validate_plan
+from planner.queries import min_budget
 from schemas.plan import ComputeStep, PlanRequest
 from tests.fixture_zoo import model_path
 

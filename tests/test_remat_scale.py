@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.pipeline import plan_model
-from planner.validate import validate_plan
+from planner.plan.validate import validate_plan
 from schemas.plan import ComputeStep, PlanRequest
 from tests.test_remat_fixtures import keep_all_peak
 

@@ -11,11 +11,11 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from arenaplan.cli import main
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.pipeline import plan_model
+from planner.plan.validate import validate_plan
 from planner.report import ReportInputError, ReportLimits, build_report_data, render_report_html
 from planner.report.palette import COMPUTED, KEPT, RECOMPUTE
-from planner.validate import validate_plan
 from schemas.plan import ComputeStep, CopyStep, PlanRequest
 from tests.fixture_zoo import model_path
 from tests.test_report_plans import HOME, SECOND, remat_plan

@@ -1,7 +1,7 @@
 """Plans with recomputations and cross-device copies for the report tests, from explicit schedules.
 
-The report's quick tests use plans built from hand-made schedules (planner.schedule events
-through planner.plan_builder, validated like any plan): they take seconds where the remat solver
+The report's quick tests use plans built from hand-made schedules (planner.memory.schedule events
+through planner.plan.builder, validated like any plan): they take seconds where the remat solver
 takes minutes, and they copy between devices, which the solver's one-device plans do not. The
 solver's own plan is checked in tests/test_report_solver_plan.py (slow).
 Both moves act on a value's longest idle interval in file order (between two consecutive uses,
@@ -14,7 +14,7 @@ its making counting as a use):
   and copied back right before its end.
 
 Every value is freed right after its last read, except state, constants and graph outputs on
-their home device, as in `planner.schedule.sequential_schedule`.
+their home device, as in `planner.memory.schedule.sequential_schedule`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from planner.graph import Graph, Region, load_graph
-from planner.plan_builder import build_plan
+from planner.ir.graph import Graph, Region, load_graph
+from planner.memory.schedule import Compute, Copy, Event, Free, Schedule
+from planner.memory.sharing import state_updates
+from planner.plan.builder import build_plan
+from planner.plan.validate import validate_plan
 from planner.profile.estimate import op_bytes, op_flops
-from planner.schedule import Compute, Copy, Event, Free, Schedule
-from planner.state_updates import state_updates
-from planner.validate import validate_plan
 from schemas.plan import ComputeStep, CopyStep, Plan, PlanRequest, SolverReport
 from tests.fixture_zoo import model_path
 

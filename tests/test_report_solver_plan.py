@@ -18,11 +18,11 @@ from functools import cached_property
 import pytest
 
 from arenaplan.cli import main
-from planner.graph import Graph, load_graph
+from planner.ir.graph import Graph, load_graph
+from planner.plan.validate import validate_plan
 from planner.report import build_report_data
 from planner.report.figures import MARK
 from planner.report.palette import RECOMPUTE
-from planner.validate import validate_plan
 from schemas.plan import ComputeStep, Plan
 from tests.fixture_zoo import model_path
 from tests.test_remat_fixtures import keep_all_peak

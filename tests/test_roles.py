@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from arenaplan.cli import main
-from planner.graph import Region, TensorRole, load_graph
+from planner.ir.graph import Region, TensorRole, load_graph
 from tests.onnx_builders import relu_chain, tiny_momentum_step
 
 EXPECTED_ROLES = {

@@ -1,7 +1,7 @@
 """The real planner's plans with recomputation run in their arenas and equal ONNX Runtime.
 
 tests/test_runtime_plans.py runs hand-built recompute schedules; these are the solver's own
-plans (pipeline at a budget, planner.remat.inverse.min_budget), run by `arenaplan run --check
+plans (pipeline at a budget, planner.queries.min_budget), run by `arenaplan run --check
 --steps 5`: every output of every step within 1e-5 of a whole-graph ONNX Runtime session and
 the same 5 losses. A representative subset (bench/runtime/check_remat_plans.py runs every
 fixture at every budget kind); planning takes most of the time, so the runs are `slow`.

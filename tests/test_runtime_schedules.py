@@ -1,8 +1,8 @@
 """Plans with recomputation and with two devices, built from explicit schedules.
 
 The rematerialization / placement solver is not in the pipeline yet, so the runtime's tests build
-such plans themselves: a schedule (planner.schedule events) goes through planner.plan_builder
-and is checked by planner.validate like any solver's output. The helpers here are shared by the
+such plans themselves: a schedule (planner.memory.schedule events) goes through planner.plan.builder
+and is checked by planner.plan.validate like any solver's output. The helpers here are shared by the
 runtime tests; the tests in this file check that the plans they make are what they claim.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
-from planner.graph import Graph, Region, load_graph
+from planner.ir.graph import Graph, Region, load_graph
+from planner.memory.schedule import Compute, Copy, Event, Free, Schedule
+from planner.memory.sharing import state_updates
 from planner.pipeline import plan_model
-from planner.plan_builder import build_plan
-from planner.schedule import Compute, Copy, Event, Free, Schedule
-from planner.state_updates import state_updates
-from planner.validate import validate_plan
+from planner.plan.builder import build_plan
+from planner.plan.validate import validate_plan
 from schemas.plan import ComputeStep, CopyStep, Plan, PlanRequest
 from tests.fixture_zoo import model_path
 

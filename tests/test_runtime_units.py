@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.pipeline import plan_model
 from runtime.arena import ALIGNMENT, HostArena, allocate_arena
 from runtime.devices import cuda_device_error, parse_device

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from planner.graph import load_graph
-from planner.validate import validate_plan
+from planner.ir.graph import load_graph
+from planner.plan.validate import validate_plan
 from planner.version import PLANNER_VERSION
 from schemas.plan import Plan, PlanRequest, compute_plan_id
 from schemas.service import ApiError, PlanList, PlanStatus

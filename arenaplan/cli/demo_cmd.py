@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from arenaplan.cli.common import EXIT_OK
-from planner.summary import format_bytes
+from planner.ir.summary import format_bytes
 
 NO_PRESSURE = 2**40  # a budget no fixture comes near: the plan shows the no-recomputation arena
 
@@ -29,9 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.graph import load_graph
+    from planner.ir.graph import load_graph
+    from planner.ir.summary import one_line, summarize
     from planner.pipeline import plan_model
-    from planner.summary import one_line, summarize
     from schemas.plan import PlanRequest
 
     models = sorted(Path(args.folder).glob("*.onnx"))

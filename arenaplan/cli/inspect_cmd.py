@@ -6,8 +6,8 @@ import argparse
 
 from arenaplan.cli.common import EXIT_OK
 from arenaplan.cli.options import add_dims_option
-from planner.graph import load_graph
-from planner.summary import one_line, summarize
+from planner.ir.graph import load_graph
+from planner.ir.summary import one_line, summarize
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.remat.inverse import max_batch
+    from planner.queries import max_batch
 
     request = request_from_args(args)
     result = max_batch(Path(args.model), request, args.dim_name, limit=args.max)

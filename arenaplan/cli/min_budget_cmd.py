@@ -10,7 +10,7 @@ from arenaplan.cli.common import EXIT_OK
 from arenaplan.cli.options import add_dims_option, add_solver_options
 from arenaplan.cli.request import _read_profile as read_profile
 from planner.errors import InvalidInputError
-from planner.summary import format_bytes
+from planner.ir.summary import format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.graph import load_graph
-    from planner.remat.inverse import min_budget
+    from planner.ir.graph import load_graph
+    from planner.queries import min_budget
     from schemas.plan import check_device_name
 
     if (args.model is None) == (args.graph_json is None):
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(str(exc)) from None
     profile = read_profile(args.profile) if args.profile else None
     if args.graph_json:
-        from planner.remat.graph_json import read_graph_json
+        from planner.ir.graph_json import read_graph_json
 
         graph, built = read_graph_json(args.graph_json)
         profile = profile or built

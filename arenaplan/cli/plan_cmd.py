@@ -12,7 +12,7 @@ from arenaplan.cli.common import EXIT_OK
 from arenaplan.cli.options import add_request_options
 from arenaplan.cli.request import request_from_args
 from planner.errors import InvalidInputError
-from planner.summary import format_bytes
+from planner.ir.summary import format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"arenaplan: {phase} {info or ''}".rstrip(), file=sys.stderr)
 
     if args.graph_json:
-        from planner.remat.graph_json import read_graph_json
+        from planner.ir.graph_json import read_graph_json
 
         graph, profile = read_graph_json(args.graph_json)
         if request.profile is None:

@@ -12,7 +12,7 @@ import numpy as np
 from arenaplan.cli.common import EXIT_OK
 from arenaplan.cli.options import add_dims_option
 from planner.errors import InvalidInputError
-from planner.graph import load_graph
+from planner.ir.graph import load_graph
 from planner.profile import ConsoleProgress, profile_graph, save_profile
 from planner.profile.runner import DEFAULT_CACHE
 

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from planner.errors import InvalidInputError
-    from planner.graph import load_graph
+    from planner.ir.graph import load_graph
     from planner.report import build_report_data, export_pngs
     from planner.report.page import render_data_html
     from runtime.plan_io import parse_plan

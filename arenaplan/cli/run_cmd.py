@@ -154,8 +154,8 @@ def _planner_validator(model_path: Path):
     The runtime never imports the planner; the CLI may, and injects it."""
 
     def validate(plan) -> list[str]:
-        from planner.graph import load_graph
-        from planner.validate import validate_plan
+        from planner.ir.graph import load_graph
+        from planner.plan.validate import validate_plan
 
         graph = load_graph(model_path, dims=plan.request.dims)
         return list(validate_plan(graph, plan).errors)

@@ -5,7 +5,8 @@
 Writes bench/order/results.json and bench/order/results.md. For every fixture: the peak of the
 file order, of each heuristic, of the OLLA whole-graph model (where it runs) and of the windowed
 exact refinement, the proven lower bound, the method that won, its status and gap, and seconds.
-All peaks use the shared memory model of planner.lifetimes (state persistent, in-place updates).
+All peaks use the shared memory model of planner.memory.liveness (state persistent, in-place
+updates).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from planner.graph import load_graph  # noqa: E402
+from planner.ir.graph import load_graph  # noqa: E402
 from planner.order import optimize_order  # noqa: E402
 from tests.fixture_zoo import fixture_names, model_path  # noqa: E402
 

@@ -31,7 +31,7 @@ import onnxruntime as ort
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from planner.graph import load_graph  # noqa: E402
+from planner.ir.graph import load_graph  # noqa: E402
 from planner.profile import profile_graph  # noqa: E402
 from planner.profile.devices import session_options  # noqa: E402
 from planner.profile.machine import cpu_model  # noqa: E402

@@ -30,16 +30,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench.scale_models import SCALE_MODELS, scale_model_path  # noqa: E402
 from planner.errors import InfeasibleError  # noqa: E402
-from planner.graph import load_graph  # noqa: E402
+from planner.ir.graph import load_graph  # noqa: E402
 from planner.order import optimize_order  # noqa: E402
 from planner.pipeline import plan_graph  # noqa: E402
-from planner.plan_builder import build_plan  # noqa: E402
+from planner.plan.builder import build_plan  # noqa: E402
+from planner.plan.validate import validate_plan  # noqa: E402
 from planner.profile import QUICK_POLICY, profile_graph  # noqa: E402
+from planner.profile.costs import costs_from_profile  # noqa: E402
+from planner.queries import smallest_heuristic_budget  # noqa: E402
 from planner.remat import baselines  # noqa: E402
 from planner.remat.configure import configure  # noqa: E402
-from planner.remat.costs import costs_from_profile  # noqa: E402
-from planner.remat.inverse import smallest_heuristic_budget  # noqa: E402
-from planner.validate import validate_plan  # noqa: E402
 from schemas.plan import PlanRequest  # noqa: E402
 from tests.fixture_zoo import REQUIRED, model_path  # noqa: E402
 

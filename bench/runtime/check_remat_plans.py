@@ -5,7 +5,7 @@
 
 Issue 6's first "done when": for every fixture and for plans at 100% and 50% of the
 keep-everything peak and at the minimum feasible budget, all made by the real planner
-(tests/budget_plans.py: the pipeline, planner.remat.inverse.min_budget), `arenaplan run --check
+(tests/budget_plans.py: the pipeline, planner.queries.min_budget), `arenaplan run --check
 --steps 5` must give a max abs difference <= 1e-5 over every output of every step and the same
 5 losses as 5 reference steps. Each plan is run twice: through the CLI itself (segments of ops
 per session, the default) and through the executor with one session per op, the two ways the
@@ -146,12 +146,13 @@ def write_outputs(results: dict, out: Path) -> None:
         f"{sum(r['ok'] for r in rows)} of {len(rows)} cases ok; {len(plans)} plans run, "
         f"{sum(1 for r in plans if r['recomputes'])} of them with recomputation.",
         "",
-        "- *refused (proven)*: the budget is below planner.lifetimes.order_lower_bound (state, "
+        "- *refused (proven)*: the budget is below planner.memory.liveness.order_lower_bound "
+        "(state, "
         "constants and one op's operands at once), so no plan exists; the pipeline refuses "
         "naming that bound, and the `min` row covers recomputation for that fixture.",
         "- *plan at smallest feasible*: the planner refused the budget naming a smallest "
         "feasible budget it meets; the plan made at that budget is the one run.",
-        "- `min`: planner.remat.inverse.min_budget's plan; its bytes are the budget it achieved.",
+        "- `min`: planner.queries.min_budget's plan; its bytes are the budget it achieved.",
         "",
     ]
     (out / "remat_check.md").write_text("\n".join(lines))

@@ -206,7 +206,7 @@ def spawn(*args: str) -> dict:
 def plan_fixture(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
     import numpy as np
 
-    from planner.graph import load_graph
+    from planner.ir.graph import load_graph
     from planner.pipeline import plan_model
     from planner.profile import QUICK_POLICY, profile_graph
     from schemas.plan import PlanRequest

@@ -1,6 +1,6 @@
 """Arena layout: an offset for every buffer with a known lifetime in one device arena.
 
-OLLA's "location" problem (Steiner et al. 2022, section 3.3) for fixed lifetimes: buffers are
+OLLA's "location" instance (Steiner et al. 2022, section 3.3) for fixed lifetimes: buffers are
 rectangles in time x address, lifetimes fixed, offsets chosen so that buffers live at a common
 step never share bytes, and the arena (the highest end) is as small as possible. Heuristics
 (greedy by size, best fit, OLLA's pyramid) give a warm start; a CP-SAT model closes the gap to
@@ -14,13 +14,13 @@ the live-bytes lower bound or proves how far it is.
 
 from planner.layout.bounds import lower_bound
 from planner.layout.checker import check_layout
+from planner.layout.choose import heuristic_layout, plan_layout
 from planner.layout.csv_io import (
     format_layout_csv,
     parse_buffers_csv,
     read_buffers_csv,
     write_layout_csv,
 )
-from planner.layout.plan import heuristic_layout, plan_layout
 from planner.layout.types import (
     DEFAULT_ALIGNMENT,
     STATUS_FEASIBLE,

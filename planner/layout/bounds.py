@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from planner.layout.problem import LayoutProblem, build_problem
+from planner.layout.instance import LayoutInstance, build_instance
 from planner.layout.types import DEFAULT_ALIGNMENT, Buffer
 
 
@@ -26,15 +26,15 @@ def max_live_units(lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> in
     return int(max(0, np.cumsum(deltas[order]).max()))
 
 
-def live_bound_units(problem: LayoutProblem) -> int:
+def live_bound_units(instance: LayoutInstance) -> int:
     """The lower bound in units (see module docstring)."""
-    outside = ~problem.in_zone
-    bound = problem.zone_top + max_live_units(
-        problem.lower[outside], problem.upper[outside], problem.size[outside]
+    outside = ~instance.in_zone
+    bound = instance.zone_top + max_live_units(
+        instance.lower[outside], instance.upper[outside], instance.size[outside]
     )
-    obstacles = problem.obstacle_idx
+    obstacles = instance.obstacle_idx
     if len(obstacles):
-        bound = max(bound, int((problem.fixed_off[obstacles] + problem.size[obstacles]).max()))
+        bound = max(bound, int((instance.fixed_off[obstacles] + instance.size[obstacles]).max()))
     return bound
 
 
@@ -44,5 +44,5 @@ def lower_bound(buffers: Sequence[Buffer], alignment: int = DEFAULT_ALIGNMENT) -
     Zone buffers count as live for the whole step; pre-placed buffers also force the arena up to
     their end. Raises InvalidInputError for invalid buffers.
     """
-    problem = build_problem(buffers, alignment)
-    return live_bound_units(problem) * problem.unit
+    instance = build_instance(buffers, alignment)
+    return live_bound_units(instance) * instance.unit

@@ -3,7 +3,7 @@
 Input: a header row, then one buffer per row: ``id,lower,upper,size`` with a half-open lifetime
 ``[lower, upper)``, optional ``alignment`` and ``offset`` (a pre-placed offset) columns, and
 arenaplan's optional ``zone`` column. Empty optional cells mean "not given". Output: the same
-columns, with ``offset`` holding the planned offsets. Every problem in the input raises
+columns, with ``offset`` holding the planned offsets. Every instance in the input raises
 InvalidInputError naming the line and what to change.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from planner.errors import InvalidInputError
-from planner.layout.problem import is_power_of_two
+from planner.layout.instance import is_power_of_two
 from planner.layout.types import Buffer, Layout
 
 REQUIRED_COLUMNS = ("id", "lower", "upper", "size")

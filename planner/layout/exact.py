@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.layout.instance import LayoutInstance
 from planner.layout.intervals import maximal_cross_sections, overlapping_in_time
-from planner.layout.problem import LayoutProblem
 from planner.layout.reductions import push_down, stackable
 
 # total size of all cross-sections above which one NoOverlap2D replaces them
@@ -67,13 +67,13 @@ class _Model:
 
 
 def _add_offset_variables(
-    m: _Model, problem: LayoutProblem, members: np.ndarray, upper: int
+    m: _Model, instance: LayoutInstance, members: np.ndarray, upper: int
 ) -> None:
     """A_i in [zone_top, upper - S_i], a multiple of the buffer's alignment step (OLLA's
     address variable A_e, with the arena ``upper`` as the static bound of eq. (8))."""
-    base = problem.zone_top
+    base = instance.zone_top
     for i in members.tolist():
-        size, step = int(problem.size[i]), int(problem.step[i])
+        size, step = int(instance.size[i]), int(instance.step[i])
         lo, hi = -(-base // step), (upper - size) // step
         var = m.model.new_int_var(lo, max(lo, hi), f"off_{i}")
         if hi < lo:  # does not fit under ``upper`` at all: an infeasible model, not an invalid one
@@ -83,55 +83,55 @@ def _add_offset_variables(
         m.interval[i] = m.model.new_fixed_size_interval_var(m.offset[i], size, f"addr_{i}")
 
 
-def _add_obstacles(m: _Model, problem: LayoutProblem, obstacles: np.ndarray) -> None:
+def _add_obstacles(m: _Model, instance: LayoutInstance, obstacles: np.ndarray) -> None:
     """Pre-placed buffers: constant address intervals."""
     for j in obstacles.tolist():
         m.interval[j] = m.model.new_fixed_size_interval_var(
-            int(problem.fixed_off[j]), int(problem.size[j]), f"fixed_{j}"
+            int(instance.fixed_off[j]), int(instance.size[j]), f"fixed_{j}"
         )
 
 
 def _add_cross_section_no_overlap(
-    m: _Model, problem: LayoutProblem, sections: list[list[int]]
+    m: _Model, instance: LayoutInstance, sections: list[list[int]]
 ) -> None:
     """OLLA eqs. (6)-(7a)-(7b): tensors live at the same step get disjoint addresses; one
     NoOverlap over the address intervals of each maximal cross-section."""
     for section in sections:
-        if len(section) > 1 and not all(problem.fixed[i] for i in section):
+        if len(section) > 1 and not all(instance.fixed[i] for i in section):
             m.model.add_no_overlap([m.interval[i] for i in section])
 
 
-def _add_no_overlap_2d(m: _Model, problem: LayoutProblem, everyone: np.ndarray) -> None:
+def _add_no_overlap_2d(m: _Model, instance: LayoutInstance, everyone: np.ndarray) -> None:
     """OLLA eqs. (6)-(7a)-(7b) as one NoOverlap2D: fixed lifetimes x variable addresses."""
     times = [
         m.model.new_fixed_size_interval_var(
-            int(problem.lower[i]), int(problem.upper[i] - problem.lower[i]), f"time_{i}"
+            int(instance.lower[i]), int(instance.upper[i] - instance.lower[i]), f"time_{i}"
         )
         for i in everyone.tolist()
     ]
     m.model.add_no_overlap_2d(times, [m.interval[i] for i in everyone.tolist()])
 
 
-def _add_arena_bound(m: _Model, problem: LayoutProblem, members: np.ndarray) -> None:
+def _add_arena_bound(m: _Model, instance: LayoutInstance, members: np.ndarray) -> None:
     """OLLA eq. (8): A_e + S_e <= peak_mem (the arena variable)."""
     for i in members.tolist():
-        m.model.add(m.offset[i] + int(problem.size[i]) <= m.arena)
+        m.model.add(m.offset[i] + int(instance.size[i]) <= m.arena)
 
 
-def _add_stacked_floor(m: _Model, problem: LayoutProblem, stacked: list[int]) -> None:
+def _add_stacked_floor(m: _Model, instance: LayoutInstance, stacked: list[int]) -> None:
     """Buffers live during the whole component sit at the bottom, stacked (reductions.py)."""
-    top = problem.zone_top
+    top = instance.zone_top
     for i in stacked:
         m.model.add(m.offset[i] == top)
-        top += int(problem.size[i])
+        top += int(instance.size[i])
 
 
-def _identical_groups(problem: LayoutProblem, members: np.ndarray) -> list[list[int]]:
+def _identical_groups(instance: LayoutInstance, members: np.ndarray) -> list[list[int]]:
     """Groups of interchangeable buffers (same lifetime, size and alignment), by index."""
     groups: dict[tuple[int, int, int, int], list[int]] = {}
     for i in members.tolist():
-        key = (int(problem.lower[i]), int(problem.upper[i]), int(problem.size[i]),
-               int(problem.step[i]))
+        key = (int(instance.lower[i]), int(instance.upper[i]), int(instance.size[i]),
+               int(instance.step[i]))
         groups.setdefault(key, []).append(i)
     return [g for g in groups.values() if len(g) > 1]
 
@@ -145,32 +145,32 @@ def _add_symmetry_breaking(m: _Model, groups: list[list[int]]) -> None:
 
 
 def _add_hint(
-    m: _Model, problem: LayoutProblem, hint: dict[int, int], stacked: list[int],
+    m: _Model, instance: LayoutInstance, hint: dict[int, int], stacked: list[int],
     groups: list[list[int]], floor: int, upper: int,
 ) -> None:
     """The warm start, rewritten to satisfy the stacking and the symmetry breaking."""
-    hint = push_down(problem, hint, stacked)
+    hint = push_down(instance, hint, stacked)
     for group in groups:
         for i, off in zip(group, sorted(hint[i] for i in group), strict=True):
             hint[i] = off
     for i, off in hint.items():
-        m.model.add_hint(m.var[i], off // int(problem.step[i]))
-    arena = max(hint[i] + int(problem.size[i]) for i in hint)
+        m.model.add_hint(m.var[i], off // int(instance.step[i]))
+    arena = max(hint[i] + int(instance.size[i]) for i in hint)
     m.model.add_hint(m.arena, min(max(arena, floor), upper))
 
 
 def _add_bottom_left_search(
-    m: _Model, problem: LayoutProblem, members: np.ndarray, ties: str
+    m: _Model, instance: LayoutInstance, members: np.ndarray, ties: str
 ) -> None:
     """Branch on the buffer that can go lowest, at its lowest offset (a canonical bottom-left
     construction); ``ties`` orders buffers that can go equally low."""
-    duration = problem.upper - problem.lower
-    size, lower = problem.size[members], problem.lower[members]
+    duration = instance.upper - instance.lower
+    size, lower = instance.size[members], instance.lower[members]
     keys = {
         "longest_first": (members, -size, -duration[members]),
         "largest_first": (members, -duration[members], -size),
         "earliest_first": (members, -size, lower),
-        "latest_first": (members, -size, -problem.upper[members]),
+        "latest_first": (members, -size, -instance.upper[members]),
     }[ties]
     order = members[np.lexsort(keys)]
     m.model.add_decision_strategy(
@@ -178,49 +178,49 @@ def _add_bottom_left_search(
     )
 
 
-def _with_search(m: _Model, problem: LayoutProblem, members: np.ndarray, ties: str) -> _Model:
+def _with_search(m: _Model, instance: LayoutInstance, members: np.ndarray, ties: str) -> _Model:
     """A copy of the model with a bottom-left decision strategy."""
     clone = m.model.clone()
     var = {i: clone.get_int_var_from_proto_index(v.index) for i, v in m.var.items()}
     copy = _Model(clone, var, {}, {}, clone.get_int_var_from_proto_index(m.arena.index))
-    _add_bottom_left_search(copy, problem, members, ties)
+    _add_bottom_left_search(copy, instance, members, ties)
     return copy
 
 
 def _build(
-    problem: LayoutProblem, members: np.ndarray, *, floor: int, upper: int,
+    instance: LayoutInstance, members: np.ndarray, *, floor: int, upper: int,
     hint: dict[int, int] | None, minimize: bool,
 ) -> _Model:
-    span_lo = int(problem.lower[members].min())
-    span_hi = int(problem.upper[members].max())
+    span_lo = int(instance.lower[members].min())
+    span_hi = int(instance.upper[members].max())
     obstacles = overlapping_in_time(
-        problem.lower, problem.upper, problem.obstacle_idx, span_lo, span_hi
+        instance.lower, instance.upper, instance.obstacle_idx, span_lo, span_hi
     )
     model = cp_model.CpModel()
     m = _Model(model, {}, {}, {}, model.new_int_var(min(floor, upper), upper, "arena"))
-    _add_offset_variables(m, problem, members, upper)
-    _add_obstacles(m, problem, obstacles)
+    _add_offset_variables(m, instance, members, upper)
+    _add_obstacles(m, instance, obstacles)
     everyone = np.concatenate((members, obstacles))
     budget = max(_SECTION_BUDGET_MIN, _SECTION_BUDGET_PER_BUFFER * len(everyone))
-    sections = maximal_cross_sections(problem.lower, problem.upper, everyone, max_total=budget)
+    sections = maximal_cross_sections(instance.lower, instance.upper, everyone, max_total=budget)
     if sections is None:
-        _add_no_overlap_2d(m, problem, everyone)
+        _add_no_overlap_2d(m, instance, everyone)
     else:
-        _add_cross_section_no_overlap(m, problem, sections)
-    _add_arena_bound(m, problem, members)
-    stacked = stackable(problem, members, obstacles)
-    _add_stacked_floor(m, problem, stacked)
-    groups = _identical_groups(problem, members[~np.isin(members, stacked)])
+        _add_cross_section_no_overlap(m, instance, sections)
+    _add_arena_bound(m, instance, members)
+    stacked = stackable(instance, members, obstacles)
+    _add_stacked_floor(m, instance, stacked)
+    groups = _identical_groups(instance, members[~np.isin(members, stacked)])
     _add_symmetry_breaking(m, groups)
     if hint is not None:
-        _add_hint(m, problem, hint, stacked, groups, floor, upper)
+        _add_hint(m, instance, hint, stacked, groups, floor, upper)
     if minimize:
         model.minimize(m.arena)
     return m
 
 
 def _run(
-    m: _Model, problem: LayoutProblem, members: np.ndarray, *, floor: int, upper: int,
+    m: _Model, instance: LayoutInstance, members: np.ndarray, *, floor: int, upper: int,
     seconds: float, workers: int, seed: int, decide: bool, fixed_search: bool = False,
     deterministic: float | None = None,
 ) -> ExactResult:
@@ -243,8 +243,8 @@ def _run(
     code = solver.solve(m.model)
     wall = solver.wall_time
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        offsets = {i: int(solver.value(m.var[i])) * int(problem.step[i]) for i in members.tolist()}
-        arena = max(offsets[i] + int(problem.size[i]) for i in offsets)
+        offsets = {i: int(solver.value(m.var[i])) * int(instance.step[i]) for i in members.tolist()}
+        arena = max(offsets[i] + int(instance.size[i]) for i in offsets)
         bound = 0
         if not decide:
             raw = int(np.ceil(solver.best_objective_bound - 1e-6))
@@ -261,16 +261,16 @@ def _run(
 
 
 def decide_component(
-    problem: LayoutProblem, members: np.ndarray, *, upper: int, options: ExactOptions
+    instance: LayoutInstance, members: np.ndarray, *, upper: int, options: ExactOptions
 ) -> ExactResult:
     """Find any layout of the free buffers ``members`` with every end at most ``upper``.
 
     "INFEASIBLE" proves that none exists (then ``bound`` = ``upper + 1``).
     """
     deadline = time.perf_counter() + options.time_limit
-    base = _build(problem, members, floor=upper, upper=upper, hint=None, minimize=False)
+    base = _build(instance, members, floor=upper, upper=upper, hint=None, minimize=False)
     models = {
-        name: base if name == "cpsat" else _with_search(base, problem, members, name)
+        name: base if name == "cpsat" else _with_search(base, instance, members, name)
         for name in _PORTFOLIO
     }
     turn = _FIRST_TURN_DETERMINISTIC
@@ -281,7 +281,7 @@ def decide_component(
             if left <= 0:
                 return ExactResult("UNKNOWN", {}, None, 0, spent, True)
             result = _run(
-                models[name], problem, members, floor=upper, upper=upper, seconds=left,
+                models[name], instance, members, floor=upper, upper=upper, seconds=left,
                 workers=options.workers if name == "cpsat" else 1, seed=options.seed,
                 decide=True, fixed_search=name != "cpsat", deterministic=turn,
             )
@@ -293,7 +293,7 @@ def decide_component(
 
 
 def minimize_component(
-    problem: LayoutProblem, members: np.ndarray, *, floor: int, upper: int,
+    instance: LayoutInstance, members: np.ndarray, *, floor: int, upper: int,
     hint: dict[int, int] | None, options: ExactOptions,
 ) -> ExactResult:
     """Minimize the arena of the free buffers ``members`` within ``[floor, upper]``.
@@ -301,6 +301,6 @@ def minimize_component(
     ``floor``: no need to go lower (the search stops when the arena reaches it);
     ``upper``: the arena may not exceed it; ``hint``: a layout within ``upper`` (units).
     """
-    m = _build(problem, members, floor=floor, upper=upper, hint=hint, minimize=True)
-    return _run(m, problem, members, floor=floor, upper=upper, seconds=options.time_limit,
+    m = _build(instance, members, floor=floor, upper=upper, hint=hint, minimize=True)
+    return _run(m, instance, members, floor=floor, upper=upper, seconds=options.time_limit,
                 workers=options.workers, seed=options.seed, decide=False)

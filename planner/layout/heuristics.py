@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.layout.instance import LayoutInstance, arena_units
 from planner.layout.placement import place_in_order
-from planner.layout.problem import LayoutProblem, arena_units
 
 
 @dataclass(frozen=True)
@@ -27,42 +27,43 @@ class HeuristicResult:
     arena: int  # units
 
 
-def _order(problem: LayoutProblem, *keys: np.ndarray) -> np.ndarray:
+def _order(instance: LayoutInstance, *keys: np.ndarray) -> np.ndarray:
     """Free buffers sorted by ``keys`` (first key most significant), ties by index."""
-    free = problem.free_idx
+    free = instance.free_idx
     return free[np.lexsort((free, *[k[free] for k in reversed(keys)]))]
 
 
-def greedy_by_size(problem: LayoutProblem) -> np.ndarray:
-    duration = problem.upper - problem.lower
+def greedy_by_size(instance: LayoutInstance) -> np.ndarray:
+    duration = instance.upper - instance.lower
     return place_in_order(
-        problem, _order(problem, -problem.size, -duration, problem.lower), "first"
+        instance, _order(instance, -instance.size, -duration, instance.lower), "first"
     )
 
 
-def greedy_by_area(problem: LayoutProblem) -> np.ndarray:
-    duration = problem.upper - problem.lower
+def greedy_by_area(instance: LayoutInstance) -> np.ndarray:
+    duration = instance.upper - instance.lower
     return place_in_order(
-        problem, _order(problem, -problem.size * duration, -problem.size, problem.lower), "first"
+        instance, _order(instance, -instance.size * duration, -instance.size, instance.lower),
+        "first",
     )
 
 
-def best_fit(problem: LayoutProblem) -> np.ndarray:
-    duration = problem.upper - problem.lower
+def best_fit(instance: LayoutInstance) -> np.ndarray:
+    duration = instance.upper - instance.lower
     return place_in_order(
-        problem, _order(problem, problem.lower, -problem.size, -duration), "best"
+        instance, _order(instance, instance.lower, -instance.size, -duration), "best"
     )
 
 
-def pyramid_chain(problem: LayoutProblem) -> list[int]:
+def pyramid_chain(instance: LayoutInstance) -> list[int]:
     """OLLA Function 5: repeatedly take the longest-lived unprocessed buffer whose lifetime lies
     inside the previous one's ([min_start, max_end]), so the chain forms a pyramid."""
-    free = problem.free_idx
-    lo = problem.lower[free]
-    hi = problem.upper[free]
+    free = instance.free_idx
+    lo = instance.lower[free]
+    hi = instance.upper[free]
     duration = hi - lo
     # ties between equally long buffers: the larger first, then input order
-    rank = np.lexsort((free, -problem.size[free], -duration))
+    rank = np.lexsort((free, -instance.size[free], -duration))
     lo, hi, duration, members = lo[rank], hi[rank], duration[rank], free[rank]
     taken = np.zeros(len(members), dtype=bool)
     chain: list[int] = []
@@ -78,17 +79,17 @@ def pyramid_chain(problem: LayoutProblem) -> list[int]:
     return chain
 
 
-def pyramid(problem: LayoutProblem) -> np.ndarray:
-    chain = pyramid_chain(problem)
-    in_chain = np.zeros(problem.n, dtype=bool)
+def pyramid(instance: LayoutInstance) -> np.ndarray:
+    chain = pyramid_chain(instance)
+    in_chain = np.zeros(instance.n, dtype=bool)
     in_chain[chain] = True
-    duration = problem.upper - problem.lower
-    rest = _order(problem, -problem.size, -duration, problem.lower)
+    duration = instance.upper - instance.lower
+    rest = _order(instance, -instance.size, -duration, instance.lower)
     rest = rest[~in_chain[rest]]
-    return place_in_order(problem, np.concatenate((np.asarray(chain, dtype=np.int64), rest)))
+    return place_in_order(instance, np.concatenate((np.asarray(chain, dtype=np.int64), rest)))
 
 
-HEURISTICS: dict[str, Callable[[LayoutProblem], np.ndarray]] = {
+HEURISTICS: dict[str, Callable[[LayoutInstance], np.ndarray]] = {
     "greedy_by_size": greedy_by_size,
     "best_fit": best_fit,
     "pyramid": pyramid,
@@ -97,7 +98,7 @@ HEURISTICS: dict[str, Callable[[LayoutProblem], np.ndarray]] = {
 
 
 def run_heuristics(
-    problem: LayoutProblem, target: int | None = None, methods: tuple[str, ...] | None = None
+    instance: LayoutInstance, target: int | None = None, methods: tuple[str, ...] | None = None
 ) -> list[HeuristicResult]:
     """Run the heuristics in order, stopping early once one reaches ``target`` (units).
 
@@ -105,8 +106,8 @@ def run_heuristics(
     """
     results: list[HeuristicResult] = []
     for name in methods or tuple(HEURISTICS):
-        offsets = HEURISTICS[name](problem)
-        results.append(HeuristicResult(name, offsets, arena_units(problem, offsets)))
+        offsets = HEURISTICS[name](instance)
+        results.append(HeuristicResult(name, offsets, arena_units(instance, offsets)))
         if target is not None and results[-1].arena <= target:
             break
     return sorted(results, key=lambda r: r.arena)

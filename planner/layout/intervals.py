@@ -2,7 +2,7 @@
 
 Lifetimes are fixed intervals, so the conflict graph is an interval graph:
 - a *cut line* is a time no free buffer spans; the free buffers on either side never conflict,
-  so the problem splits into independent components (only fixed buffers may cross a cut);
+  so the instance splits into independent components (only fixed buffers may cross a cut);
 - buffers that conflict pairwise are all live at one common time (Helly property for
   intervals), so "no two conflicting buffers overlap in address" is exactly "at each maximal
   cross-section (a maximal set of buffers live at one time) the address ranges are disjoint".

@@ -13,20 +13,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from planner.layout.problem import LayoutProblem
+from planner.layout.instance import LayoutInstance
 
 _TOP = np.iinfo(np.int64).max // 4
 
 
 def place_in_order(
-    problem: LayoutProblem, order: Sequence[int] | np.ndarray, fit: str = "first"
+    instance: LayoutInstance, order: Sequence[int] | np.ndarray, fit: str = "first"
 ) -> np.ndarray:
     """Offsets (units) for every buffer: fixed ones as given, ``order`` (free ones) placed."""
     if fit not in ("first", "best"):
         raise ValueError(f"unknown fit {fit!r}")
     best = fit == "best"
-    offsets = problem.fixed_off.copy()
-    obstacles = problem.obstacle_idx
+    offsets = instance.fixed_off.copy()
+    obstacles = instance.obstacle_idx
     order = np.asarray(order, dtype=np.int64)
     cap = len(obstacles) + len(order)
     p_lo = np.empty(cap, dtype=np.int64)
@@ -34,15 +34,15 @@ def place_in_order(
     p_off = np.empty(cap, dtype=np.int64)
     p_end = np.empty(cap, dtype=np.int64)
     k = len(obstacles)
-    p_lo[:k] = problem.lower[obstacles]
-    p_hi[:k] = problem.upper[obstacles]
-    p_off[:k] = problem.fixed_off[obstacles]
-    p_end[:k] = p_off[:k] + problem.size[obstacles]
-    base = problem.zone_top
-    lower = problem.lower.tolist()
-    upper = problem.upper.tolist()
-    size = problem.size.tolist()
-    step = problem.step.tolist()
+    p_lo[:k] = instance.lower[obstacles]
+    p_hi[:k] = instance.upper[obstacles]
+    p_off[:k] = instance.fixed_off[obstacles]
+    p_end[:k] = p_off[:k] + instance.size[obstacles]
+    base = instance.zone_top
+    lower = instance.lower.tolist()
+    upper = instance.upper.tolist()
+    size = instance.size.tolist()
+    step = instance.step.tolist()
     for i in order.tolist():
         lo, hi, s, a = lower[i], upper[i], size[i], step[i]
         hit = np.flatnonzero((p_lo[:k] < hi) & (p_hi[:k] > lo))

@@ -1,4 +1,4 @@
-"""Reductions that shrink a layout problem without losing any optimal solution.
+"""Reductions that shrink a layout instance without losing any optimal solution.
 
 Stacking always-live buffers: a free buffer live during the whole time span of the free buffers
 conflicts with every one of them, so in any layout each other buffer lies wholly below or wholly
@@ -15,63 +15,63 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.layout.problem import LayoutProblem
+from planner.layout.instance import LayoutInstance
 
 
-def always_live(problem: LayoutProblem, members: np.ndarray) -> np.ndarray:
+def always_live(instance: LayoutInstance, members: np.ndarray) -> np.ndarray:
     """Indices among ``members`` (free buffers) whose lifetime covers all of ``members``'."""
     if len(members) == 0:
         return members
-    start = problem.lower[members].min()
-    end = problem.upper[members].max()
-    return members[(problem.lower[members] <= start) & (problem.upper[members] >= end)]
+    start = instance.lower[members].min()
+    end = instance.upper[members].max()
+    return members[(instance.lower[members] <= start) & (instance.upper[members] >= end)]
 
 
-def stack_always_live(problem: LayoutProblem) -> LayoutProblem:
-    """The same problem with always-live free buffers fixed at the bottom, above the zones.
+def stack_always_live(instance: LayoutInstance) -> LayoutInstance:
+    """The same instance with always-live free buffers fixed at the bottom, above the zones.
 
-    Returns ``problem`` itself when the reduction does not apply (see module docstring).
+    Returns ``instance`` itself when the reduction does not apply (see module docstring).
     """
-    free = problem.free_idx
-    if len(free) == 0 or len(problem.obstacle_idx):
-        return problem
-    stacked = always_live(problem, free)
+    free = instance.free_idx
+    if len(free) == 0 or len(instance.obstacle_idx):
+        return instance
+    stacked = always_live(instance, free)
     if len(stacked) == 0:
-        return problem
-    max_step = int(problem.step[free].max())
-    if problem.zone_top % max_step or np.any(problem.size[stacked] % max_step):
-        return problem
+        return instance
+    max_step = int(instance.step[free].max())
+    if instance.zone_top % max_step or np.any(instance.size[stacked] % max_step):
+        return instance
     # largest first, then input order: deterministic
-    stacked = stacked[np.lexsort((stacked, -problem.size[stacked]))]
-    fixed = problem.fixed.copy()
-    fixed_off = problem.fixed_off.copy()
-    in_zone = problem.in_zone.copy()
-    top = problem.zone_top
+    stacked = stacked[np.lexsort((stacked, -instance.size[stacked]))]
+    fixed = instance.fixed.copy()
+    fixed_off = instance.fixed_off.copy()
+    in_zone = instance.in_zone.copy()
+    top = instance.zone_top
     for i in stacked.tolist():
         fixed[i] = True
         in_zone[i] = True
         fixed_off[i] = top
-        top += int(problem.size[i])
-    return replace(problem, fixed=fixed, fixed_off=fixed_off, in_zone=in_zone, zone_top=top)
+        top += int(instance.size[i])
+    return replace(instance, fixed=fixed, fixed_off=fixed_off, in_zone=in_zone, zone_top=top)
 
 
-def stackable(problem: LayoutProblem, members: np.ndarray, obstacles: np.ndarray) -> list[int]:
+def stackable(instance: LayoutInstance, members: np.ndarray, obstacles: np.ndarray) -> list[int]:
     """Members live during the whole span of ``members``, in stacking order (largest first),
     when stacking them at the bottom of this component is safe (no obstacles, alignments kept);
     otherwise an empty list. Used per independent time component."""
     if len(members) < 2 or len(obstacles):
         return []
-    spanning = always_live(problem, members)
+    spanning = always_live(instance, members)
     if len(spanning) == 0:
         return []
-    max_step = int(problem.step[members].max())
-    if problem.zone_top % max_step or np.any(problem.size[spanning] % max_step):
+    max_step = int(instance.step[members].max())
+    if instance.zone_top % max_step or np.any(instance.size[spanning] % max_step):
         return []
-    return spanning[np.lexsort((spanning, -problem.size[spanning]))].tolist()
+    return spanning[np.lexsort((spanning, -instance.size[spanning]))].tolist()
 
 
 def push_down(
-    problem: LayoutProblem, offsets: dict[int, int], stacked: list[int]
+    instance: LayoutInstance, offsets: dict[int, int], stacked: list[int]
 ) -> dict[int, int]:
     """A layout with ``stacked`` moved to the bottom (from the zone top, in order) and every
     other buffer raised by the sizes of the stacked buffers that were above it: the exchange
@@ -79,12 +79,12 @@ def push_down(
     if not stacked:
         return dict(offsets)
     out: dict[int, int] = {}
-    top = problem.zone_top
+    top = instance.zone_top
     for i in stacked:
         out[i] = top
-        top += int(problem.size[i])
+        top += int(instance.size[i])
     stacked_offsets = np.asarray([offsets[i] for i in stacked], dtype=np.int64)
-    stacked_sizes = problem.size[np.asarray(stacked)]
+    stacked_sizes = instance.size[np.asarray(stacked)]
     for i, off in offsets.items():
         if i not in out:
             out[i] = off + int(stacked_sizes[stacked_offsets > off].sum())

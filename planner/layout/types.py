@@ -1,4 +1,4 @@
-"""The two data types of the layout problem: a buffer with a known lifetime, and a layout of them.
+"""The two data types of the layout instance: a buffer with a known lifetime, and a layout of them.
 
 A buffer is live in the half-open step range ``[lower, upper)``; two buffers conflict when these
 ranges intersect, and conflicting buffers must occupy disjoint address ranges of the arena.
@@ -44,7 +44,7 @@ class Layout:
     ``lower_bound``: the best proven lower bound on the arena size (the live-bytes bound, raised
     by the exact solver's bound when it ran); ``arena_size == lower_bound`` means proven optimal.
     ``live_bytes_bound``: the plain max-over-time live-bytes bound, see `lower_bound()`.
-    ``gap``: ``(arena_size - lower_bound) / lower_bound`` (0.0 for an empty problem).
+    ``gap``: ``(arena_size - lower_bound) / lower_bound`` (0.0 for an empty instance).
     ``method``: the algorithm whose placement was kept ("greedy_by_size", "best_fit",
     "pyramid", ... or "cpsat"). ``timed_out``: the exact solver stopped at its time limit.
     """

@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from planner.graph import Graph, Op
+from planner.ir.graph import Graph, Op
 from planner.profile.devices import Device, create_session
 from planner.profile.timing import median_time
 from schemas.profile import Roofline

@@ -21,7 +21,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from planner.errors import InvalidInputError
-from planner.graph import Graph, Op
+from planner.ir.graph import Graph, Op
 from planner.profile.devices import CPU_PROVIDER, session_options
 
 # Ops that pass their first input's values through (Concat: every input's, Where: its two

@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from planner.graph import Graph, Op
+from planner.ir.graph import Graph, Op
 from planner.profile.devices import Device, create_session
 from planner.profile.single_node import copy_output_name, single_node_model
 from planner.profile.timing import Runner, Timing, TimingPolicy, median_time, time_kernel

@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from planner.errors import InvalidInputError
-from planner.graph import Graph, Op
+from planner.ir.graph import Graph, Op
 from planner.profile import estimate
 from planner.profile.cache import CachedCost, CacheKey, ProfileCache, default_cache_path
 from planner.profile.copies import DEFAULT_SIZES, measure_copies

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.graph import Graph, Op
+from planner.ir.graph import Graph, Op
 
 
 def _plain(value: Any) -> Any:

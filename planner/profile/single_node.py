@@ -15,7 +15,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from planner.graph import Graph, Op
+from planner.ir.graph import Graph, Op
 
 
 def copy_output_name(name: str, copy: int) -> str:

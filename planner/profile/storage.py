@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from planner.errors import InvalidInputError
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from schemas.profile import Profile
 
 

@@ -1,12 +1,12 @@
 """The baselines our solver is measured against, all producing a `Schedule` for the same graph.
 
 - `keep_all`: every op once in the order, each value freed after its last read
-  (planner.schedule.sequential_schedule): the no-recomputation reference;
+  (planner.memory.schedule.sequential_schedule): the no-recomputation reference;
 - `chen_sqrt`: Chen et al. (2016) segment checkpointing: every round(sqrt(n))-th recomputable op
   keeps its outputs, the rest are dropped after the forward pass and recomputed when the backward
   needs them (on the op-level problem);
 - `greedy`: a budget-driven eviction heuristic (largest x farthest / cheapest to recompute first,
-  DTR-like; planner.remat.executor) at the budget, on the op-level problem;
+  DTR-like; planner.remat.policies) at the budget, on the op-level problem;
 - `checkmate_lp`: Checkmate's LP relaxation at 0.9x the budget + rounding
   (planner.remat.lp_rounding);
 - `chain_dp`: the exact chain DP (planner.remat.chain_dp), for graphs that are linear chains.
@@ -22,15 +22,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
+from planner.memory.schedule import Schedule, sequential_schedule
+from planner.memory.simulate import ScheduleStats, simulate
+from planner.profile.costs import CostTable
 from planner.remat.chain_dp import chain_schedule, find_chain, solve_chain
-from planner.remat.costs import CostTable
-from planner.remat.executor import ExecutionResult, execute, sqrt_checkpoints
 from planner.remat.heuristics import replay
 from planner.remat.lp_rounding import lp_rounding
+from planner.remat.policies import ExecutionResult, execute, sqrt_checkpoints
 from planner.remat.problem import RematProblem
-from planner.remat.simulate import ScheduleStats, simulate
-from planner.schedule import Schedule, sequential_schedule
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.graph import Graph, Region
-from planner.remat.costs import CostTable
+from planner.ir.graph import Graph, Region
+from planner.memory.schedule import Compute, Schedule
+from planner.profile.costs import CostTable
 from planner.remat.emit import with_frees
-from planner.schedule import Compute, Schedule
 
 LEAF, QUAD = -1, -2
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
 
 
 def segment_cuts(graph: Graph, ops: Sequence[int], segments: int) -> list[int]:

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
+from planner.profile.costs import CostTable
 from planner.remat.coarsen import coarse_groups
-from planner.remat.costs import CostTable
 from planner.remat.model import MemoryModel
 from planner.remat.problem import (
     Reduction,

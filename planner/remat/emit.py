@@ -1,4 +1,5 @@
-"""Turn per-stage decisions into a `planner.schedule.Schedule` of compute / copy / free events.
+"""Turn per-stage decisions into a `planner.memory.schedule.Schedule` of compute / copy / free
+events.
 
 Within a stage the chosen nodes run in node order (each node's ops in order; later runs of an op
 are marked `recompute`). A copy runs as soon as its source holds the value: at the start of the
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
+from planner.memory.schedule import Compute, Copy, Event, Free, Schedule
+from planner.memory.sharing import state_updates
 from planner.remat.decision import Decision
 from planner.remat.problem import RematProblem
-from planner.schedule import Compute, Copy, Event, Free, Schedule
-from planner.state_updates import state_updates
 
 
 class EmitError(RuntimeError):

@@ -1,9 +1,9 @@
 """Heuristic schedules judged by what they really need: replayed, not modelled.
 
 The model (planner.remat.constraints) counts memory conservatively, and on coarse problems it can
-rule out schedules that fit. The executor's policies (planner.remat.executor) run here at a scan
+rule out schedules that fit. The executor's policies (planner.remat.policies) run here at a scan
 of budgets from the true budget upwards, counting each stage as a replay would (`actual`); each
-decision is emitted as a schedule and replayed (planner.remat.simulate), and kept when its
+decision is emitted as a schedule and replayed (planner.memory.simulate), and kept when its
 replayed peak fits the true budget. The
 cheapest that fits is a valid answer on its own and a fallback for the CP-SAT search.
 """
@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from planner.remat.costs import CostTable
+from planner.memory.schedule import Schedule
+from planner.memory.simulate import ScheduleStats, simulate
+from planner.profile.costs import CostTable
 from planner.remat.decision import Decision
 from planner.remat.emit import emit_schedule
-from planner.remat.executor import execute, sqrt_checkpoints, threshold_checkpoints
+from planner.remat.policies import execute, sqrt_checkpoints, threshold_checkpoints
 from planner.remat.problem import RematProblem
-from planner.remat.simulate import ScheduleStats, simulate
-from planner.schedule import Schedule
 
 # (policy, checkpoint share, budget factor) runs, in rounds: every policy at the true budget
 # first, then each at budgets slightly below and above it. The executor's greedy choices are not

@@ -17,8 +17,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from planner.profile.costs import CostTable
 from planner.remat.constraints import build_model
-from planner.remat.costs import CostTable
 from planner.remat.decision import Decision
 from planner.remat.heuristics import Candidate, replay
 from planner.remat.linear import solve_lp

@@ -16,7 +16,7 @@ entries are 0). Two memory models:
 - "stage": the same recurrence with frees decided statically: a value present in a stage and not
   saved into the next is freed after the last node that *may* read it there (no FREE
   variables, one integer U per node that may run; an upper bound on what a replay of the
-  stage needs, equal to the shared memory model of planner.lifetimes when nothing is
+  stage needs, equal to the shared memory model of planner.memory.liveness when nothing is
   recomputed).
 """
 

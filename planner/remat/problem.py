@@ -12,8 +12,8 @@ nodes. Here:
   together), or one source tensor (graph input, constant, state). Outputs nobody reads and a
   node's internal temporaries are the node's `workspace`, live only while it runs.
 - **sources**: graph inputs are preloaded on the home device and may be freed after their last
-  read (the shared memory model, planner.lifetimes); constants and state (`persistent`) stay on
-  the home device for the whole step and count against its budget (`base`); their in-place
+  read (the shared memory model, planner.memory.liveness); constants and state (`persistent`)
+  stay on the home device for the whole step and count against its budget (`base`); their in-place
   updates reuse their storage and cost nothing.
 - **home**: one designated device holds sources, constants, state and graph outputs; ops that
   write a graph output or an in-place state update are pinned there and run once.
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from planner.errors import InvalidInputError
-from planner.graph import Graph, Region
-from planner.remat.costs import CostTable
-from planner.state_updates import state_updates
+from planner.ir.graph import Graph, Region
+from planner.memory.sharing import state_updates
+from planner.profile.costs import CostTable
 
 NONDETERMINISTIC_OPS = frozenset({
     "Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",

@@ -13,16 +13,16 @@ after the last read of its state):
 - `sink`: move an op to just before its first reader (or the update it must precede) when its
   outputs (held shorter) weigh at least as much as the inputs it reads last (held longer).
 
-A pass whose result has a higher keep-everything peak (planner.lifetimes) is discarded.
+A pass whose result has a higher keep-everything peak (planner.memory.liveness) is discarded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from planner.graph import Graph
-from planner.lifetimes import lifetimes
-from planner.state_updates import state_updates
+from planner.ir.graph import Graph
+from planner.memory.liveness import lifetimes
+from planner.memory.sharing import state_updates
 
 
 def tighten_order(graph: Graph, order: Sequence[int], movable: Collection[int],

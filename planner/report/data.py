@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from planner.report.arena import ArenaMap, arena_maps
 from planner.report.index import index_plan
 from planner.report.matrix import ScheduleMatrix, schedule_matrices

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from planner.report.palette import COPIED, RECOMPUTED, layer_of_role
 from schemas.errors import ArenaplanError
 from schemas.plan import BufferSpec, ComputeStep, CopyStep, Plan

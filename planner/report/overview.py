@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from planner.report.index import PlanIndex
 from planner.report.memory import MemoryCurve
 from schemas.plan import ComputeStep, CopyStep, FreeStep, SolverReport

@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from html import escape
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from planner.report.assets import CSS, JS
 from planner.report.data import ReportData, ReportLimits, build_report_data
 from planner.report.figures import arena_svg, matrix_svg, memory_svg

@@ -1,6 +1,6 @@
 """Colours and legend names shared by the HTML figures and the PNG export.
 
-A buffer is drawn in the colour of its *layer*: its tensor role (planner.graph.TensorRole
+A buffer is drawn in the colour of its *layer*: its tensor role (planner.ir.graph.TensorRole
 values), except buffers made by a recomputation (`recomputed`) or by a copy from another
 device (`copied in`), which are what a rematerialization / placement plan adds.
 """

@@ -1,7 +1,7 @@
 """Solve one RematProblem: heuristic schedules first, then CP-SAT seeded with the best of them.
 
 `solve_problem` builds the XEngine model (planner.remat.constraints) at the given budgets, runs
-the single-device heuristics (planner.remat.executor: keep-everything, budget-greedy, checkpoint
+the single-device heuristics (planner.remat.policies: keep-everything, budget-greedy, checkpoint
 segmentations) on every device that can run every node, hints CP-SAT with the cheapest decision
 that fits, and returns the best decision found with an honest status:
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from planner.remat.constraints import build_model
 from planner.remat.decision import Decision, Evaluation, evaluate, from_solution, hint_for
-from planner.remat.executor import execute, sqrt_checkpoints, threshold_checkpoints
 from planner.remat.linear import solve_cpsat
 from planner.remat.model import MemoryModel, RematModel
+from planner.remat.policies import execute, sqrt_checkpoints, threshold_checkpoints
 from planner.remat.problem import RematProblem
 
 

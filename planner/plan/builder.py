@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, plan_layout
-from planner.schedule import Compute, Copy, Free, Schedule
-from planner.state_updates import state_updates
+from planner.memory.schedule import Compute, Copy, Free, Schedule
+from planner.memory.sharing import state_updates
 from schemas.plan import (
     BufferSpec,
     ComputeStep,

@@ -23,8 +23,8 @@ from planner.errors import InfeasibleError, InvalidInputError
 from planner.layout.bounds import live_bound_units
 from planner.layout.exact import ExactOptions, decide_component, minimize_component
 from planner.layout.heuristics import HEURISTICS, run_heuristics
+from planner.layout.instance import LayoutInstance, arena_units, build_instance
 from planner.layout.intervals import time_components
-from planner.layout.problem import LayoutProblem, arena_units, build_problem
 from planner.layout.reductions import stack_always_live
 from planner.layout.types import (
     DEFAULT_ALIGNMENT,
@@ -42,7 +42,7 @@ _DECISION_SHARE = 0.5
 class _Search:
     """The state of the exact phase: the layout so far and what is proven."""
 
-    problem: LayoutProblem
+    instance: LayoutInstance
     offsets: np.ndarray  # units, every buffer
     bound: int  # units, proven lower bound on the whole arena
     deadline: float
@@ -57,7 +57,7 @@ class _Search:
         return ExactOptions(time_limit=max(0.05, seconds), workers=self.workers, seed=self.seed)
 
     def component_arena(self, members: np.ndarray) -> int:
-        return int((self.offsets[members] + self.problem.size[members]).max())
+        return int((self.offsets[members] + self.instance.size[members]).max())
 
     def accept(self, offsets: dict[int, int]) -> None:
         for i, off in offsets.items():
@@ -66,7 +66,7 @@ class _Search:
 
 def _components_by_difficulty(search: _Search, above: int) -> list[np.ndarray]:
     """Components whose current arena exceeds ``above``, highest arena (then largest) first."""
-    p = search.problem
+    p = search.instance
     comps = [c for c in time_components(p.lower, p.upper, p.free_idx)
              if search.component_arena(c) > above]
     return sorted(comps, key=lambda c: (-search.component_arena(c), -len(c), int(c[0])))
@@ -79,7 +79,7 @@ def _share(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> floa
 
 def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float) -> str:
     """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN"."""
-    result = decide_component(search.problem, comp, upper=goal, options=search.options(seconds))
+    result = decide_component(search.instance, comp, upper=goal, options=search.options(seconds))
     if result.arena is not None:
         search.accept(result.offsets)
         return "FIT"
@@ -113,7 +113,7 @@ def _minimize(search: _Search) -> None:
             search.bound = max(search.bound, floor)
         if floor < current and search.remaining() > 0:
             hint = {i: int(search.offsets[i]) for i in comp.tolist()}
-            second = minimize_component(search.problem, comp, floor=floor, upper=current,
+            second = minimize_component(search.instance, comp, floor=floor, upper=current,
                                         hint=hint,
                                         options=search.options(_share(search, comp, comps[k:])))
             if second.arena is not None and second.arena < current:
@@ -146,14 +146,15 @@ def _fit_capacity(search: _Search, cap: int) -> str:
 
 
 def _layout(
-    problem: LayoutProblem, offsets: np.ndarray, bound: int, live: int, method: str,
+    instance: LayoutInstance, offsets: np.ndarray, bound: int, live: int, method: str,
     started: float, timed_out: bool,
 ) -> Layout:
-    arena = arena_units(problem, offsets)
+    arena = arena_units(instance, offsets)
     bound = min(bound, arena)
-    u = problem.unit
+    u = instance.unit
     return Layout(
-        offsets={bid: int(off) * u for bid, off in zip(problem.ids, offsets.tolist(), strict=True)},
+        offsets={bid: int(off) * u
+                 for bid, off in zip(instance.ids, offsets.tolist(), strict=True)},
         arena_size=arena * u,
         lower_bound=bound * u,
         status=STATUS_OPTIMAL if arena <= bound else STATUS_FEASIBLE,
@@ -196,19 +197,19 @@ def plan_layout(
     """
     started = time.perf_counter()
     _check_arguments(capacity, time_limit, workers)
-    problem = build_problem(buffers, alignment)
-    u = problem.unit
-    live = live_bound_units(problem)
-    reduced = stack_always_live(problem)
+    instance = build_instance(buffers, alignment)
+    u = instance.unit
+    live = live_bound_units(instance)
+    reduced = stack_always_live(instance)
     results = run_heuristics(reduced, target=live)
     best = results[0] if results else None
-    offsets = best.offsets.copy() if best is not None else problem.fixed_off.copy()
+    offsets = best.offsets.copy() if best is not None else instance.fixed_off.copy()
     method = best.method if best is not None else "fixed"
-    heuristic_arena = arena_units(problem, offsets)
+    heuristic_arena = arena_units(instance, offsets)
 
     def done(bound: int, timed_out: bool = False, chosen: str = method,
              final: np.ndarray = offsets) -> Layout:
-        return _layout(problem, final, bound, live, chosen, started, timed_out)
+        return _layout(instance, final, bound, live, chosen, started, timed_out)
 
     cap = None if capacity is None else capacity // u
     if cap is not None and live > cap:
@@ -223,7 +224,7 @@ def plan_layout(
     search = _Search(reduced, offsets.copy(), live, started + time_limit, workers, seed)
 
     def exact_done() -> Layout:
-        improved = arena_units(problem, search.offsets) < heuristic_arena
+        improved = arena_units(instance, search.offsets) < heuristic_arena
         return done(search.bound, search.timed_out, "cpsat" if improved else method,
                     search.offsets)
 
@@ -236,7 +237,7 @@ def plan_layout(
         return exact_done()
     if outcome == "INFEASIBLE":
         _minimize(search)  # with the remaining time: how much is needed?
-        needed = arena_units(problem, search.offsets)
+        needed = arena_units(instance, search.offsets)
         exact = needed <= search.bound
         smallest = needed if exact else search.bound
         detail = "" if exact else f" (the smallest arena found is {needed * u} bytes)"
@@ -246,7 +247,7 @@ def plan_layout(
             f"is needed{detail}",
             smallest_feasible=smallest * u, is_lower_bound=not exact,
         )
-    found = arena_units(problem, search.offsets)
+    found = arena_units(instance, search.offsets)
     raise InfeasibleError(
         f"no layout within capacity {capacity} bytes was found in {time_limit:g} s and none was "
         f"proven impossible (proven lower bound {search.bound * u} bytes); the smallest arena "
@@ -264,15 +265,15 @@ def heuristic_layout(
     """The best layout of the heuristics only (all, or the named ones; no early stop, no
     solver): a baseline for benchmarks and a fast answer where proof is not needed."""
     started = time.perf_counter()
-    problem = build_problem(buffers, alignment)
-    live = live_bound_units(problem)
+    instance = build_instance(buffers, alignment)
+    live = live_bound_units(instance)
     names = tuple(methods) if methods is not None else None
     if names is not None:
         unknown = [m for m in names if m not in HEURISTICS]
         if unknown:
             raise InvalidInputError(f"unknown heuristic(s) {unknown}; known: {list(HEURISTICS)}")
-    best = run_heuristics(stack_always_live(problem), target=None, methods=names)[0]
-    return _layout(problem, best.offsets, live, live, best.method, started, False)
+    best = run_heuristics(stack_always_live(instance), target=None, methods=names)[0]
+    return _layout(instance, best.offsets, live, live, best.method, started, False)
 
 
 def exact_layout(
@@ -287,23 +288,23 @@ def exact_layout(
     heuristic answer), stopping at the live-bytes bound. For tests and benchmarks."""
     started = time.perf_counter()
     _check_arguments(None, time_limit, workers)
-    problem = build_problem(buffers, alignment)
-    live = live_bound_units(problem)
-    offsets = problem.fixed_off.copy()
-    comps = time_components(problem.lower, problem.upper, problem.free_idx)
+    instance = build_instance(buffers, alignment)
+    live = live_bound_units(instance)
+    offsets = instance.fixed_off.copy()
+    comps = time_components(instance.lower, instance.upper, instance.free_idx)
     deadline = started + time_limit
     bound, timed_out = live, False
     # no layout needs more than the zones, the pre-placed buffers and all free sizes stacked
-    top = problem.zone_top
-    obstacles = problem.obstacle_idx
+    top = instance.zone_top
+    obstacles = instance.obstacle_idx
     if len(obstacles):
-        top = max(top, int((problem.fixed_off[obstacles] + problem.size[obstacles]).max()))
-    pending = len(problem.free_idx)
+        top = max(top, int((instance.fixed_off[obstacles] + instance.size[obstacles]).max()))
+    pending = len(instance.free_idx)
     for comp in comps:
         seconds = max(0.05, (deadline - time.perf_counter()) * len(comp) / max(1, pending))
         pending -= len(comp)
         result = minimize_component(
-            problem, comp, floor=live, upper=top + int(problem.size[comp].sum()), hint=None,
+            instance, comp, floor=live, upper=top + int(instance.size[comp].sum()), hint=None,
             options=ExactOptions(time_limit=seconds, workers=workers, seed=seed),
         )
         if result.arena is None:
@@ -312,4 +313,4 @@ def exact_layout(
             offsets[i] = off
         bound = max(bound, result.bound)
         timed_out = timed_out or result.timed_out
-    return _layout(problem, offsets, bound, live, "cpsat", started, timed_out)
+    return _layout(instance, offsets, bound, live, "cpsat", started, timed_out)

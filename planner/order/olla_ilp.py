@@ -19,13 +19,13 @@ Variables, per the paper:
 Constraints: eq. 1 (create or preserve, not both), eq. 2 (preserve only what existed), eq. 3
 (create once), eq. 4 (inputs resident when an op runs), eq. 13 (bytes at each step <= peak),
 objective eq. 14 (minimize peak). Graph inputs exist before step 0; graph outputs must survive
-to the last step; constants and persistent state (planner.state_updates) are a fixed baseline;
+to the last step; constants and persistent state (planner.memory.sharing) are a fixed baseline;
 updated state written in place costs no bytes, and its "read before update" edges, like OLLA's
 control edges, are precedence constraints. A known-good order can be given as a hint.
 
 The model is built from a `LifetimeProblem` (ops with spans, tensors with producer, readers and
 size, a per-step baseline), so the same encoding solves the whole graph and, in
-planner.order_refine, a window of an existing order with everything outside it fixed.
+planner.order.refine, a window of an existing order with everything outside it fixed.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.graph import Graph
-from planner.order_heuristics import (
+from planner.ir.graph import Graph
+from planner.memory.sharing import state_updates
+from planner.order.heuristics import (
     levelize,
     order_by_levels,
     successor_lists,
     topological_order,
 )
-from planner.state_updates import state_updates
 
 STATUS_NAMES = {
     cp_model.OPTIMAL: "OPTIMAL",

@@ -46,7 +46,7 @@ def _is_int(value: object) -> bool:
 
 
 def validate_buffer(buf: Buffer) -> None:
-    """Raise InvalidInputError naming the buffer and the problem."""
+    """Raise InvalidInputError naming the buffer and the instance."""
     name = f"buffer {buf.id!r}"
     if not isinstance(buf.id, str) or not buf.id:
         raise InvalidInputError(f"buffer id {buf.id!r} must be a non-empty string")
@@ -82,7 +82,7 @@ def validate_buffer(buf: Buffer) -> None:
 
 
 @dataclass(frozen=True)
-class LayoutProblem:
+class LayoutInstance:
     """Buffers as arrays, all addresses and sizes in units of ``unit`` bytes.
 
     ``fixed``: the offset is given (pre-placed or zone); ``fixed_off`` holds it (-1 if free).
@@ -159,8 +159,8 @@ def _check_fixed_overlaps(
             )
 
 
-def build_problem(buffers: Sequence[Buffer], alignment: int) -> LayoutProblem:
-    """Validate ``buffers`` and return the normalized problem (raises InvalidInputError)."""
+def build_instance(buffers: Sequence[Buffer], alignment: int) -> LayoutInstance:
+    """Validate ``buffers`` and return the normalized instance (raises InvalidInputError)."""
     alignment = check_default_alignment(alignment)
     seen: set[str] = set()
     for buf in buffers:
@@ -212,7 +212,7 @@ def build_problem(buffers: Sequence[Buffer], alignment: int) -> LayoutProblem:
     in_zone[list(zone_offsets)] = True
     off = np.asarray(offsets, dtype=np.int64)
     off = np.where(fixed, off // unit, -1)
-    return LayoutProblem(
+    return LayoutInstance(
         ids=tuple(buf.id for buf in buffers),
         lower=np.asarray([buf.lower for buf in buffers], dtype=np.int64),
         upper=np.asarray([buf.upper for buf in buffers], dtype=np.int64),
@@ -226,8 +226,8 @@ def build_problem(buffers: Sequence[Buffer], alignment: int) -> LayoutProblem:
     )
 
 
-def arena_units(problem: LayoutProblem, offsets: np.ndarray) -> int:
+def arena_units(instance: LayoutInstance, offsets: np.ndarray) -> int:
     """Arena size in units of a full offset vector: the end of the highest buffer (or zones)."""
-    if problem.n == 0:
-        return problem.zone_top
-    return int(max(problem.zone_top, int((offsets + problem.size).max())))
+    if instance.n == 0:
+        return instance.zone_top
+    return int(max(instance.zone_top, int((offsets + instance.size).max())))

@@ -9,7 +9,7 @@ explicit instruction lists:
 - `Free(tensor, device)`: the materialization ends.
 
 Graph inputs and constants start resident on their `home` device; graph outputs must be resident
-on their home device at the end. planner.plan_builder turns a schedule into a `schemas.Plan`.
+on their home device at the end. planner.plan.builder turns a schedule into a `schemas.Plan`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from planner.graph import Graph
-from planner.state_updates import state_updates
+from planner.ir.graph import Graph
+from planner.memory.sharing import state_updates
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 - `min_budget`: the smallest budget on one device for which the planner returns a validated
   plan ("achieved"), next to a proven lower bound no plan can beat (the op-footprint bound of
-  planner.lifetimes: state, constants and one op's inputs and outputs at once) and the
+  planner.memory.liveness: state, constants and one op's inputs and outputs at once) and the
   keep-everything arena. The achieved value starts from a bisection between that bound and the
   smallest peak known to fit (keep-everything, the heuristics, CP-SAT's min-peak model), each
   step decided by the remat heuristics alone (`smallest_heuristic_budget`: fast, deterministic,
@@ -22,9 +22,9 @@ from pathlib import Path
 import onnx
 
 from planner.errors import InfeasibleError, InvalidInputError
-from planner.graph import Graph
-from planner.lifetimes import order_lower_bound
-from planner.onnx_model import read_model_bytes
+from planner.ir.graph import Graph
+from planner.ir.onnx_model import read_model_bytes
+from planner.memory.liveness import order_lower_bound
 from planner.order import optimize_order
 from schemas.plan import Plan, PlanRequest
 
@@ -46,8 +46,8 @@ def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 6
     min-peak model, the bisection until 60% of it, the rest for confirming plans (the first
     confirmation runs even when the bisection has used it all: no answer is worse)."""
     from planner.pipeline import plan_graph, profile_for
-    from planner.remat.costs import costs_from_profile
-    from planner.remat.plan import smallest_peak
+    from planner.profile.costs import costs_from_profile
+    from planner.remat.rematerialize import smallest_peak
 
     started = time.perf_counter()
     plan = plan or (lambda g, r: plan_graph(g, r))
@@ -105,7 +105,7 @@ def smallest_heuristic_budget(graph: Graph, order, device: str, costs, lower: in
     budget of its own peak), else above the middle. A heuristic answer, not
     a proof: a failed probe only means the heuristics found nothing there. No probe starts
     after `deadline` (a perf_counter time)."""
-    from planner.remat.plan import plan_remat
+    from planner.remat.rematerialize import plan_remat
 
     lo, hi = lower, upper
     for _ in range(steps):

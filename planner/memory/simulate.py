@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.graph import Graph
-from planner.remat.costs import CostTable
-from planner.schedule import Compute, Copy, Free, Schedule
-from planner.state_updates import state_updates
+from planner.ir.graph import Graph
+from planner.memory.schedule import Compute, Copy, Free, Schedule
+from planner.memory.sharing import state_updates
+from planner.profile.costs import CostTable
 
 
 @dataclass(frozen=True)

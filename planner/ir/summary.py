@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from planner.graph import Graph, TensorRole
+from planner.ir.graph import Graph, TensorRole
 from schemas.graph import GraphSummary
 
 

@@ -8,7 +8,7 @@ tensors at any step outside the window does not depend on how the window is orde
     new peak = max(peak outside the window, optimum of the window problem).
 
 Each round takes the step of the current peak, solves the window around it (the sequential
-model of planner.olla_lifetime, warm-started from the current order, at most
+model of planner.order.olla_ilp, warm-started from the current order, at most
 `window_time_limit` seconds), and keeps the result when it lowers the window's maximum. When
 no window around a peak step improves, windows grow; it stops at the time limit or when a window
 covers the graph. Every accepted window is a proven improvement, never a guess.
@@ -19,15 +19,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from planner.graph import Graph
-from planner.lifetimes import lifetimes
-from planner.olla_lifetime import (
+from planner.ir.graph import Graph
+from planner.memory.liveness import lifetimes
+from planner.memory.sharing import state_updates
+from planner.order.olla_ilp import (
     LifetimeProblem,
     ProblemTensor,
     solve_problem,
     spans_from_successors,
 )
-from planner.state_updates import state_updates
 
 
 def refine_order(

@@ -1,10 +1,10 @@
 """`plan_remat`: a schedule for a graph under per-device budgets, with an honest report.
 
 Graph + order + budgets (bytes) + costs -> the most faithful problem that fits the time limit
-(planner.remat.configure) -> heuristics and CP-SAT (planner.remat.solver) -> decisions -> a
-`planner.schedule.Schedule` (planner.remat.emit), checked by replaying it (simulate) against the
-budgets. Memory is modelled in `memory_unit`-byte units, every tensor rounded up (the alignment
-of the arena), so the model never undercounts what the layout has to place.
+(planner.remat.configure) -> heuristics and CP-SAT (planner.remat.solve) -> decisions -> a
+`planner.memory.schedule.Schedule` (planner.remat.emit), checked by replaying it (simulate)
+against the budgets. Memory is modelled in `memory_unit`-byte units, every tensor rounded up
+(the alignment of the arena), so the model never undercounts what the layout has to place.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from planner.graph import Graph
-from planner.lifetimes import order_lower_bound
+from planner.ir.graph import Graph
+from planner.memory.liveness import order_lower_bound
+from planner.memory.schedule import Schedule
+from planner.memory.simulate import ScheduleStats, simulate
+from planner.profile.costs import CostTable
 from planner.remat.configure import configure
-from planner.remat.costs import CostTable
 from planner.remat.decision import Decision, evaluate
 from planner.remat.emit import emit_schedule
 from planner.remat.heuristics import Candidate, heuristic_candidates, replay
 from planner.remat.lp_rounding import lp_rounding
 from planner.remat.problem import Reduction, RematProblem
-from planner.remat.simulate import ScheduleStats, simulate
-from planner.remat.solver import minimize_peak, solve_problem
-from planner.schedule import Schedule
+from planner.remat.solve import minimize_peak, solve_problem
 
 # Where each phase of plan_remat must stop, as shares of its time limit: the heuristics win on
 # the largest graphs, LP rounding on some mid-sized ones, CP-SAT (model build included) on the

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.graph import Graph
-from planner.roles import ELEMENTWISE_OPS
+from planner.ir.graph import Graph
+from planner.ir.roles import ELEMENTWISE_OPS
 
 
 @dataclass(frozen=True)

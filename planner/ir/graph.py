@@ -1,9 +1,9 @@
 """The planner's graph IR: the ops and tensors of one ONNX training step, with exact byte sizes.
 
-`load_graph(model, dims=...)` is the only way in. It checks the model (planner.onnx_model), then
+`load_graph(model, dims=...)` is the only way in. It checks the model (planner.ir.onnx_model), then
 records for every op its id (= position in a topological file order), type, attributes and tensor
 ids, and for every tensor its dtype, static shape, exact byte size, producer, consumers and role.
-Roles and the forward/backward/optimizer regions come from graph structure (planner.roles), so
+Roles and the forward/backward/optimizer regions come from graph structure (planner.ir.roles), so
 graphs from any exporter are understood the same way.
 
 The IR is immutable; solvers index it by integer ids (`graph.ops[i]`, `graph.tensors[t]`).
@@ -23,9 +23,9 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-from planner import roles as role_analysis
 from planner.errors import UnknownShapeError, UnsupportedOperatorError
-from planner.onnx_model import load_checked_model, read_model_bytes
+from planner.ir import roles as role_analysis
+from planner.ir.onnx_model import load_checked_model, read_model_bytes
 
 
 class TensorRole(str, Enum):

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from planner.errors import InvalidInputError
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from schemas.profile import Profile
 
 

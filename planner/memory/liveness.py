@@ -9,7 +9,7 @@ the ordering solver, the layout and the reports:
 - a value nobody reads still occupies its bytes in the step that writes it;
 - initializers (constants of the model) are live for the whole step: the runtime must hold them;
 - state inputs (parameters, optimizer state, buffers) are persistent: live for the whole step;
-  their new value reuses their storage when planner.state_updates allows it and the order runs
+  their new value reuses their storage when planner.memory.sharing allows it and the order runs
   every other reader of the old value first (`alias`), else it is a tensor of its own.
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.graph import Graph
-from planner.state_updates import state_updates
+from planner.ir.graph import Graph
+from planner.memory.sharing import state_updates
 
 
 @dataclass(frozen=True)

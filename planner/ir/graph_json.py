@@ -8,7 +8,7 @@ Every node is one op producing one value of `cost_ram` bytes in `cost_cpu` secon
 "costs": {"cuda:0": seconds, ...} adds devices); `backward` puts it in the backward region
 (default: forward). A node with `"input": true` is not computed but a graph input preloaded
 before the step (an extension: the format has no inputs). Nodes nobody reads are the graph's
-outputs. The result is the planner's own IR (`planner.graph.Graph`, tensors of `uint8` with
+outputs. The result is the planner's own IR (`planner.ir.graph.Graph`, tensors of `uint8` with
 shape `[cost_ram]`) plus a `schemas.profile.Profile` of the given costs, so the same schedule,
 plan builder and validator apply; there is no ONNX model behind it and no runtime for it.
 """
@@ -25,7 +25,7 @@ from typing import Any
 from onnx import TensorProto
 
 from planner.errors import InvalidInputError
-from planner.graph import Graph, Op, Region, Tensor, TensorRole
+from planner.ir.graph import Graph, Op, Region, Tensor, TensorRole
 from schemas.plan import check_device_name
 from schemas.profile import (
     CacheStats,

@@ -1,14 +1,14 @@
 """Operator ordering: a topological order that keeps peak live bytes low (OLLA, lifetime half).
 
 `optimize_order` measures three fast orders with the one shared memory model
-(planner.lifetimes): the file order (what ONNX Runtime runs), growth-greedy list scheduling and
-eager-free list scheduling. Then, within `time_limit`:
+(planner.memory.liveness): the file order (what ONNX Runtime runs), growth-greedy list
+scheduling and eager-free list scheduling. Then, within `time_limit`:
 
-1. OLLA's lifetime ILP on the whole graph (planner.olla_lifetime), warm-started from the best
+1. OLLA's lifetime ILP on the whole graph (planner.order.olla_ilp), warm-started from the best
    order: the exact "sequential" time model when it is small enough to solve
    (`exact_variable_limit` create variables), else the paper's "levels" model with §4.3's
    control edges when that is small enough (`levels_variable_limit`), else skipped;
-2. exact re-ordering of windows around the peak (planner.order_refine) with the time left.
+2. exact re-ordering of windows around the peak (planner.order.refine) with the time left.
 
 It returns the best order, which method produced it and what the others achieved. The status is
 honest about what is proven:
@@ -23,12 +23,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from planner.control_edges import early_update_edges
-from planner.graph import Graph
-from planner.lifetimes import lifetimes, order_lower_bound
-from planner.olla_lifetime import count_variables, sequential_spans, solve_lifetimes
-from planner.order_heuristics import eager_free_order, file_order, levelize, memory_greedy_order
-from planner.order_refine import refine_order
+from planner.ir.graph import Graph
+from planner.memory.liveness import lifetimes, order_lower_bound
+from planner.order.control_edges import early_update_edges
+from planner.order.heuristics import eager_free_order, file_order, levelize, memory_greedy_order
+from planner.order.olla_ilp import count_variables, sequential_spans, solve_lifetimes
+from planner.order.refine import refine_order
 
 
 @dataclass(frozen=True)

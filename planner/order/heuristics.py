@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import heapq
 
-from planner.graph import Graph
-from planner.state_updates import state_updates
+from planner.ir.graph import Graph
+from planner.memory.sharing import state_updates
 
 
 def file_order(graph: Graph) -> list[int]:
@@ -23,7 +23,7 @@ def memory_greedy_order(graph: Graph) -> list[int]:
     of. Graph outputs, constants and persistent state are never freed, and a state update
     written in place allocates nothing. Ties go to the earlier op in the file. Weight updates
     free their gradient and so run as soon as they are ready (OLLA's "early weight update"),
-    but only after every other reader of the old state (planner.state_updates' edges).
+    but only after every other reader of the old state (planner.memory.sharing' edges).
     """
     return _list_schedule(graph, lambda growth, op_id: (growth, op_id))
 

@@ -15,8 +15,8 @@ close a cycle: ancestors always have smaller levels), and take the one farthest 
 
 from __future__ import annotations
 
-from planner.graph import Graph, TensorRole
-from planner.order_heuristics import levelize
+from planner.ir.graph import Graph, TensorRole
+from planner.order.heuristics import levelize
 
 UPDATED_ROLES = (TensorRole.PARAMETER, TensorRole.OPTIMIZER_STATE)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, check_layout
 from schemas.plan import PLAN_SCHEMA_VERSION, ComputeStep, CopyStep, FreeStep, Plan
 from schemas.profile import Profile

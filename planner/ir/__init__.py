@@ -1,0 +1,6 @@
+"""The graph IR: ONNX (or a node-link JSON DAG) -> ops and tensors with exact sizes and roles.
+
+Modules, one job each: onnx_model (reading, checking and shape-inferring ONNX), graph (the IR and
+`load_graph`), roles (tensor roles and op regions from dataflow), summary (what `inspect` shows),
+graph_json (the Checkmate benchmark format).
+"""
