@@ -35,6 +35,7 @@ from runtime.plan_io import parse_plan, read_plan
 from runtime.segments import CopyUnit, Segment, Unit, group_steps
 from runtime.transfer import Place, Transfers, host_place
 from schemas.plan import BufferSpec, ComputeStep, CopyStep, Plan
+from schemas.topology import CycleError, topological_order
 
 
 @dataclass(frozen=True)
@@ -258,25 +259,16 @@ class PlanExecutor:
                 raise PlanCheckError(f"state {state}: its new value {src.id} partly overlaps its "
                                      f"buffer {dst.id}; the plan cannot be fed back")
             moves.append((src, dst))
-        # a before b when a reads bytes b overwrites
-        after = {i: [j for j, (_, d) in enumerate(moves) if j != i and _overlap(moves[i][0], d)]
-                 for i in range(len(moves))}
-        indegree = {j: 0 for j in range(len(moves))}
-        for i in after:
-            for j in after[i]:
-                indegree[j] += 1
-        ready = [j for j, d in indegree.items() if d == 0]
-        order: list[int] = []
-        while ready:
-            i = ready.pop(0)
-            order.append(i)
-            for j in after[i]:
-                indegree[j] -= 1
-                if indegree[j] == 0:
-                    ready.append(j)
-        if len(order) < len(moves):
-            raise PlanCheckError("the updated states' buffers and the state buffers overlap in "
-                                 "a cycle; feeding them back would need a temporary buffer")
+        # a runs before b when a reads bytes b overwrites
+        must_wait = [[i for i, (src, _) in enumerate(moves) if i != j and _overlap(src, dst)]
+                     for j, (_, dst) in enumerate(moves)]
+        try:
+            order = topological_order(must_wait)
+        except CycleError:
+            raise PlanCheckError(
+                "the updated states' buffers and the state buffers overlap in a cycle; feeding "
+                "them back would need a temporary buffer"
+            ) from None
         return [self._transfers.copier(self._place(moves[i][0]), self._place(moves[i][1]))
                 for i in order]
 

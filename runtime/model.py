@@ -1,15 +1,14 @@
 """The runtime's own light reading of an ONNX model: nodes by op id, initializers, value types.
 
 The runtime never imports the planner, so it reads the model itself. Op ids are positions in the
-model's node list after the same topological sort the planner applies (Kahn's algorithm, file
-order breaking ties through a min-heap), after inlining model-local functions as the planner does.
+model's node list after the topological sort the planner applies (schemas.topology: both call
+the same function), after inlining model-local functions as the planner does.
 For a sorted file (every exported model) that is simply the file order.
 """
 
 from __future__ import annotations
 
 import hashlib
-import heapq
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto, NodeProto, numpy_helper
 
 from runtime.errors import ModelReadError
+from schemas.topology import CycleError, dataflow_order
 
 
 @dataclass(frozen=True)
@@ -90,34 +90,14 @@ def read_model(source: str | Path | bytes) -> RuntimeModel:
 
 
 def sorted_nodes(nodes: list[NodeProto]) -> list[NodeProto]:
-    """Topological order, stable: Kahn's algorithm with a min-heap on the file position.
-
-    This is the order the planner numbers ops in; a cycle is refused.
-    """
-    producer: dict[str, int] = {}
-    for index, node in enumerate(nodes):
-        for name in node.output:
-            if name:
-                producer[name] = index
-    consumers: list[list[int]] = [[] for _ in nodes]
-    indegree = [0] * len(nodes)
-    for index, node in enumerate(nodes):
-        deps = {producer[n] for n in node.input if n in producer and producer[n] != index}
-        indegree[index] = len(deps)
-        for p in deps:
-            consumers[p].append(index)
-    ready = [i for i, d in enumerate(indegree) if d == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for c in consumers[i]:
-            indegree[c] -= 1
-            if indegree[c] == 0:
-                heapq.heappush(ready, c)
-    if len(order) < len(nodes):
-        raise ModelReadError("the model's graph has a cycle; a training step must be a DAG")
+    """The planner's op order (schemas.topology), so that plan op ids name the same nodes; a
+    cycle is refused."""
+    try:
+        order = dataflow_order([(node.input, node.output) for node in nodes])
+    except CycleError:
+        raise ModelReadError(
+            "the model's graph has a cycle; a training step must be a DAG"
+        ) from None
     return [nodes[i] for i in order]
 
 

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from arenaplan.cli.common import EXIT_OK
-from planner.ir.summary import format_bytes
+from schemas.units import format_bytes
 
 NO_PRESSURE = 2**40  # a budget no fixture comes near: the plan shows the no-recomputation arena
 

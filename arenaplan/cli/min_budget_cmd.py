@@ -10,7 +10,7 @@ from arenaplan.cli.common import EXIT_OK
 from arenaplan.cli.options import add_dims_option, add_solver_options
 from arenaplan.cli.request import _read_profile as read_profile
 from planner.errors import InvalidInputError
-from planner.ir.summary import format_bytes
+from schemas.units import format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -12,7 +12,7 @@ from arenaplan.cli.common import EXIT_OK
 from arenaplan.cli.options import add_request_options
 from arenaplan.cli.request import request_from_args
 from planner.errors import InvalidInputError
-from planner.ir.summary import format_bytes
+from schemas.units import format_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -35,6 +35,7 @@ from schemas.profile import (
     Profile,
     TimingSettings,
 )
+from schemas.topology import CycleError, topological_order
 
 OP_TYPE = "GraphNode"
 
@@ -79,7 +80,7 @@ def graph_from_node_link(data: Mapping[str, Any], name: str = "graph") -> tuple[
         if src not in preds[dst]:
             preds[dst].append(src)
             succs[src].append(dst)
-    order = _topological(nodes, preds, succs)
+    order = _topological(nodes, preds)
     for key in order:
         if nodes[key].get("input") and preds[key]:
             raise InvalidInputError(f"input node {nodes[key]['id']!r} has predecessors")
@@ -145,26 +146,15 @@ def _check_node(node: dict) -> None:
             raise InvalidInputError(f"node {node['id']!r}: cost on {device} must be >= 0")
 
 
-def _topological(nodes: dict, preds: dict, succs: dict) -> list:
-    """Kahn's algorithm, ties broken by the order nodes are listed in."""
+def _topological(nodes: dict, preds: dict) -> list:
+    """The one topological sort (schemas.topology), ties broken by the order nodes are listed."""
     rank = {k: i for i, k in enumerate(nodes)}
-    missing = {k: len(preds[k]) for k in nodes}
-    ready = sorted((k for k, n in missing.items() if n == 0), key=rank.__getitem__)
-    order = []
-    import heapq
-
-    heap = [(rank[k], k) for k in ready]
-    heapq.heapify(heap)
-    while heap:
-        _, key = heapq.heappop(heap)
-        order.append(key)
-        for s in succs[key]:
-            missing[s] -= 1
-            if missing[s] == 0:
-                heapq.heappush(heap, (rank[s], s))
-    if len(order) != len(nodes):
-        raise InvalidInputError("the graph has a cycle; a node-link schedule needs a DAG")
-    return order
+    keys = list(nodes)
+    try:
+        order = topological_order([[rank[p] for p in preds[k]] for k in keys])
+    except CycleError:
+        raise InvalidInputError("the graph has a cycle; a node-link schedule needs a DAG") from None
+    return [keys[i] for i in order]
 
 
 def _profile(graph: Graph, op_nodes: list[dict]) -> Profile:

@@ -8,7 +8,6 @@ checker, whose messages are harder to act on. Nothing here ever reads a file the
 from __future__ import annotations
 
 import hashlib
-import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from planner.errors import (
     UnsupportedOperatorError,
     UnsupportedVersionError,
 )
+from schemas.topology import CycleError, dataflow_order
 
 # IR versions onnxruntime 1.31 loads (13 is its newest; below 4 initializers had to be inputs).
 SUPPORTED_IR_VERSIONS = range(4, 14)
@@ -169,64 +169,28 @@ def _inline_functions(proto: ModelProto) -> ModelProto:
 
 
 def _sort_topologically_or_refuse_cycles(graph: onnx.GraphProto) -> None:
-    """Put nodes in a topological order (stable: file order wins ties) or name a cycle.
+    """Put nodes in the one topological order (schemas.topology) or name a cycle.
 
     ONNX requires sorted nodes, but some writers emit acyclic graphs out of order; those are
     fine to plan. A real cycle has no execution order at all.
     """
     nodes = list(graph.node)
-    producer: dict[str, int] = {}
-    for index, node in enumerate(nodes):
-        for name in node.output:
-            if name:
-                producer[name] = index
-    deps = [
-        sorted({producer[n] for n in node.input if n in producer and producer[n] != i})
-        for i, node in enumerate(nodes)
-    ]
-    self_loops = [
-        i for i, node in enumerate(nodes) if any(producer.get(n) == i for n in node.input)
-    ]
+    produced = [{name for name in node.output if name} for node in nodes]
+    self_loops = [i for i, node in enumerate(nodes) if produced[i] & set(node.input)]
     if self_loops:
         raise GraphCycleError(
             f"the graph has a cycle: node {_node_label(nodes, self_loops[0])} reads its own output"
         )
-    consumers: list[list[int]] = [[] for _ in nodes]
-    indegree = [len(d) for d in deps]
-    for i, d in enumerate(deps):
-        for p in d:
-            consumers[p].append(i)
-    ready = [i for i, deg in enumerate(indegree) if deg == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for c in consumers[i]:
-            indegree[c] -= 1
-            if indegree[c] == 0:
-                heapq.heappush(ready, c)
-    if len(order) < len(nodes):
-        stuck = [i for i in range(len(nodes)) if indegree[i] > 0]
-        cycle = _find_cycle(stuck, deps, set(stuck))
-        names = " -> ".join(_node_label(nodes, i) for i in cycle)
-        raise GraphCycleError(f"the graph has a cycle: {names}; a training step must be a DAG")
+    try:
+        order = dataflow_order([(node.input, node.output) for node in nodes])
+    except CycleError as exc:
+        names = " -> ".join(_node_label(nodes, i) for i in exc.args[1])
+        raise GraphCycleError(
+            f"the graph has a cycle: {names}; a training step must be a DAG"
+        ) from None
     if order != list(range(len(nodes))):
         del graph.node[:]
         graph.node.extend(nodes[i] for i in order)
-
-
-def _find_cycle(candidates: list[int], deps: list[list[int]], stuck: set[int]) -> list[int]:
-    """Walk dependencies inside the stuck set until a node repeats; return that loop."""
-    seen: dict[int, int] = {}
-    path: list[int] = []
-    node = candidates[0]
-    while node not in seen:
-        seen[node] = len(path)
-        path.append(node)
-        node = next(p for p in deps[node] if p in stuck)
-    loop = path[seen[node]:]
-    return list(reversed(loop)) + [loop[-1]]
 
 
 def _node_label(nodes: list[onnx.NodeProto], index: int) -> str:

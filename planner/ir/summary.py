@@ -6,6 +6,7 @@ from collections import Counter
 
 from planner.ir.graph import Graph, TensorRole
 from schemas.graph import GraphSummary
+from schemas.units import format_bytes
 
 
 def summarize(graph: Graph) -> GraphSummary:
@@ -38,12 +39,3 @@ def one_line(summary: GraphSummary) -> str:
         f"all tensors {format_bytes(summary.total_bytes)}, "
         f"loss {summary.loss or '-'}"
     )
-
-
-def format_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")

@@ -10,6 +10,7 @@ import heapq
 
 from planner.ir.graph import Graph
 from planner.memory.sharing import state_updates
+from schemas.topology import CycleError, topological_order
 
 
 def file_order(graph: Graph) -> list[int]:
@@ -97,7 +98,7 @@ def levelize(graph: Graph, extra_edges: dict[int, list[int]] | None = None
     """
     successors = successor_lists(graph, extra_edges)
     n = len(graph.ops)
-    topo = topological_order(successors)
+    topo = topological_sort(successors)
     asap = [0] * n
     for v in topo:
         for w in successors[v]:
@@ -111,23 +112,17 @@ def levelize(graph: Graph, extra_edges: dict[int, list[int]] | None = None
     return asap, alap
 
 
-def topological_order(successors: list[list[int]]) -> list[int]:
-    indegree = [0] * len(successors)
-    for ws in successors:
+def topological_sort(successors: list[list[int]]) -> list[int]:
+    """The one topological sort (schemas.topology) over successor lists; control edges that
+    close a cycle raise ValueError."""
+    predecessors: list[list[int]] = [[] for _ in successors]
+    for v, ws in enumerate(successors):
         for w in ws:
-            indegree[w] += 1
-    stack = [v for v in range(len(successors)) if indegree[v] == 0]
-    order = []
-    while stack:
-        v = stack.pop()
-        order.append(v)
-        for w in successors[v]:
-            indegree[w] -= 1
-            if indegree[w] == 0:
-                stack.append(w)
-    if len(order) != len(successors):
-        raise ValueError("control edges created a cycle")
-    return order
+            predecessors[w].append(v)
+    try:
+        return topological_order(predecessors)
+    except CycleError:
+        raise ValueError("control edges created a cycle") from None
 
 
 def successor_lists(graph: Graph, extra_edges: dict[int, list[int]] | None = None

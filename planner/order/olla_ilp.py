@@ -42,7 +42,7 @@ from planner.order.heuristics import (
     levelize,
     order_by_levels,
     successor_lists,
-    topological_order,
+    topological_sort,
 )
 
 STATUS_NAMES = {
@@ -108,7 +108,7 @@ def sequential_spans(graph: Graph, control_edges: dict[int, list[int]] | None = 
 
 def spans_from_successors(successors: list[list[int]]) -> tuple[list[int], list[int]]:
     n = len(successors)
-    topo = topological_order(successors)
+    topo = topological_sort(successors)
     ancestors = [0] * n  # bitsets as Python ints
     for v in topo:
         for w in successors[v]:

@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+from schemas.units import BYTE_UNITS
+from schemas.units import format_bytes as format_units
 
 
 def num(value: float) -> str:
@@ -110,6 +111,7 @@ def ticks(lo: float, hi: float, target: int = 6, integer: bool = False) -> list[
 
 
 def byte_unit(max_bytes: float) -> tuple[str, int]:
+    """The unit an axis up to `max_bytes` reads best in."""
     for name, size in BYTE_UNITS:
         if max_bytes >= size:
             return name, size
@@ -129,8 +131,5 @@ def format_tick(value: float, size: int) -> str:
 
 
 def format_bytes(n: float) -> str:
-    """Bytes with a binary unit: 1536 -> '1.50 KiB'."""
-    for name, size in BYTE_UNITS:
-        if abs(n) >= size:
-            return f"{n:.0f} B" if size == 1 else f"{n / size:.2f} {name}"
-    return f"{n:.0f} B"
+    """Bytes with a binary unit and two decimals, as every figure and table shows them."""
+    return format_units(n, digits=2)
