@@ -15,11 +15,11 @@ the ordering solver, the layout and the reports:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from planner.ir.graph import Graph
-from planner.memory.sharing import state_updates
+from planner.memory.sharing import aliases_in_order, state_updates
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,30 @@ class Lifetimes:
     @property
     def peak(self) -> int:
         return max(self.live_bytes, default=0)
+
+
+def persistent_tensors(graph: Graph) -> frozenset[int]:
+    """Constants and state: held for the whole step, whatever the order or schedule."""
+    return state_updates(graph).persistent | {t.id for t in graph.tensors if t.is_initializer}
+
+
+def outlives_step(graph: Graph) -> frozenset[int]:
+    """Tensors never freed within a step: constants, state and graph outputs."""
+    return persistent_tensors(graph) | {t.id for t in graph.tensors if t.is_graph_output}
+
+
+def live_curve(ranges: Iterable[tuple[int, int, int]], n_steps: int) -> list[int]:
+    """Bytes live at each of `n_steps` steps, given (first, last, bytes) with inclusive ranges
+    (a last step past the end counts to the end): the one sum every peak is taken from."""
+    delta = [0] * (n_steps + 1)
+    for first, last, nbytes in ranges:
+        delta[first] += nbytes
+        delta[min(last, n_steps - 1) + 1] -= nbytes
+    live, running = [], 0
+    for k in range(n_steps):
+        running += delta[k]
+        live.append(running)
+    return live
 
 
 def check_order(graph: Graph, order: Sequence[int]) -> None:
@@ -58,35 +82,20 @@ def lifetimes(graph: Graph, order: Sequence[int]) -> Lifetimes:
     n = len(order)
     position = {op: k for k, op in enumerate(order)}
     end = max(n - 1, 0)
-    updates = state_updates(graph)
-    alias = {
-        new: state
-        for new, state in updates.in_place.items()
-        if all(
-            position[r] <= position[graph.tensors[new].producer]
-            for r in graph.tensors[state].consumers
-        )
-    }
+    alias = aliases_in_order(graph, order)
+    whole_step = persistent_tensors(graph) | set(alias)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for t in graph.tensors:
-        if t.is_initializer or t.id in updates.persistent or t.id in alias:
+        if t.id in whole_step:
             first[t.id], last[t.id] = 0, end
             continue
         start = 0 if t.producer is None else position[t.producer]
         reads = [position[c] for c in t.consumers]
         stop = end if t.is_graph_output else max(reads, default=start)
         first[t.id], last[t.id] = start, max(stop, start)
-    delta = [0] * (n + 1)
-    for t in graph.tensors:
-        if t.id in alias:
-            continue
-        delta[first[t.id]] += t.nbytes
-        delta[last[t.id] + 1] -= t.nbytes
-    live, running = [], 0
-    for k in range(n):
-        running += delta[k]
-        live.append(running)
+    live = live_curve(((first[t.id], last[t.id], t.nbytes) for t in graph.tensors
+                       if t.id not in alias), n)
     return Lifetimes(first=first, last=last, live_bytes=tuple(live), alias=alias)
 
 
@@ -97,12 +106,11 @@ def order_lower_bound(graph: Graph) -> int:
     and outputs at once; all other graph inputs are live at step 0; all graph outputs that are
     not in-place state updates are live at the last step.
     """
-    updates = state_updates(graph)
-    always = {t.id for t in graph.tensors if t.is_initializer} | set(updates.persistent)
-    free_of_charge = always | set(updates.in_place)
+    always = persistent_tensors(graph)
+    free_of_charge = always | set(state_updates(graph).in_place)
     baseline = sum(graph.tensors[t].nbytes for t in always)
 
-    def transient_bytes(ids) -> int:
+    def transient_bytes(ids: Iterable[int]) -> int:
         return sum(graph.tensors[t].nbytes for t in set(ids) - free_of_charge)
 
     footprint = max(

@@ -9,7 +9,8 @@ explicit instruction lists:
 - `Free(tensor, device)`: the materialization ends.
 
 Graph inputs and constants start resident on their `home` device; graph outputs must be resident
-on their home device at the end. planner.plan.builder turns a schedule into a `schemas.Plan`.
+on their home device at the end. planner.memory.replay walks a schedule; planner.plan.builder
+turns it into a `schemas.Plan`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from planner.ir.graph import Graph
-from planner.memory.sharing import state_updates
+from planner.memory.liveness import outlives_step
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,7 @@ def sequential_schedule(graph: Graph, order: Sequence[int], device: str) -> Sche
 
     Constants, state and graph outputs are never freed: they outlive the step.
     """
-    updates = state_updates(graph)
-    keep = updates.persistent | {
-        t.id for t in graph.tensors if t.is_initializer or t.is_graph_output
-    }
+    keep = outlives_step(graph)
     position = {op: k for k, op in enumerate(order)}
     last_read: dict[int, int] = {}
     for t in graph.tensors:
@@ -76,5 +74,9 @@ def sequential_schedule(graph: Graph, order: Sequence[int], device: str) -> Sche
     for k, op in enumerate(order):
         events.append(Compute(op, device))
         events.extend(Free(t, device) for t in sorted(frees_after.get(k, [])))
-    home = {t.id: device for t in graph.tensors if t.producer is None or t.is_graph_output}
-    return Schedule(events=tuple(events), home=home)
+    return Schedule(events=tuple(events), home=home_on(graph, device))
+
+
+def home_on(graph: Graph, device: str) -> dict[int, str]:
+    """`Schedule.home` with one home device: graph inputs, constants and outputs all on it."""
+    return {t.id: device for t in graph.tensors if t.producer is None or t.is_graph_output}

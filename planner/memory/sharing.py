@@ -17,6 +17,7 @@ they occupy their bytes for the whole step (CalcGraph's parameter / optimizer he
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from planner.ir.graph import Graph
@@ -36,6 +37,23 @@ def state_updates(graph: Graph) -> StateUpdates:
         cached = _analyze(graph)
         object.__setattr__(graph, "_state_updates", cached)
     return cached
+
+
+def takes_over_storage(old_value_reads: Iterable[int], written_at: int) -> bool:
+    """The in-place rule in time: an updated state may be written over its old value's storage
+    only when every read of the old value comes at or before the step that writes it."""
+    return all(read <= written_at for read in old_value_reads)
+
+
+def aliases_in_order(graph: Graph, order: Sequence[int]) -> dict[int, int]:
+    """Updated output -> state input, for the in-place updates that running `order` allows."""
+    position = {op: k for k, op in enumerate(order)}
+    return {
+        new: state
+        for new, state in state_updates(graph).in_place.items()
+        if takes_over_storage((position[r] for r in graph.tensors[state].consumers),
+                              position[graph.tensors[new].producer])
+    }
 
 
 def _analyze(graph: Graph) -> StateUpdates:

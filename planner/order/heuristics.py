@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 
 from planner.ir.graph import Graph
+from planner.memory.liveness import outlives_step
 from planner.memory.sharing import state_updates
 from schemas.topology import CycleError, topological_order
 
@@ -43,9 +44,7 @@ def _list_schedule(graph: Graph, priority) -> list[int]:
     """Run the ready op with the smallest `priority(growth, op_id)` until all ops ran."""
     tensors = graph.tensors
     updates = state_updates(graph)
-    never_freed = updates.persistent | {
-        t.id for t in tensors if t.is_initializer or t.is_graph_output
-    }
+    never_freed = outlives_step(graph)
     remaining_readers = [len(t.consumers) for t in tensors]
     waiting_for = [0] * len(graph.ops)
     successors: list[list[int]] = [[] for _ in graph.ops]

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from planner.ir.graph import Graph
+from planner.memory.liveness import persistent_tensors
 from planner.memory.sharing import state_updates
 from planner.order.heuristics import (
     levelize,
@@ -142,8 +143,9 @@ def graph_problem(graph: Graph, control_edges: dict[int, list[int]] | None, time
     steps = max(alap, default=-1) + 1
     constant = 0
     tensors = []
+    persistent = persistent_tensors(graph)
     for t in graph.tensors:
-        if t.is_initializer or t.id in updates.persistent:
+        if t.id in persistent:
             constant += t.nbytes  # resident for the whole step
             continue
         tensors.append(ProblemTensor(

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 from planner.ir.graph import Graph
-from planner.memory.liveness import lifetimes
+from planner.memory.liveness import lifetimes, persistent_tensors
 from planner.memory.sharing import state_updates
 from planner.order.olla_ilp import (
     LifetimeProblem,
@@ -110,8 +110,9 @@ def window_problem(graph: Graph, order, life, start: int, stop: int
     touched = {t for op in ops for t in (*graph.ops[op].input_ids, *graph.ops[op].output_ids)}
     baseline = 0
     tensors = []
+    persistent = persistent_tensors(graph)
     for t in graph.tensors:
-        if t.is_initializer or t.id in updates.persistent or t.id not in touched:
+        if t.id in persistent or t.id not in touched:
             # Not moved by the window: counts iff live across all of it (aliases share bytes).
             spans_window = life.first[t.id] <= start and life.last[t.id] >= stop - 1
             if spans_window and t.id not in life.alias:

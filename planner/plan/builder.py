@@ -1,10 +1,9 @@
 """Turn a schedule into a `schemas.Plan`: buffers with ids and lifetimes, steps, arena layouts.
 
-Buffer lifetimes are inclusive step ranges: a buffer is live from the step that creates it (step
-0 for preloaded graph inputs and constants) to the last step that reads it; persistent buffers
-(state and constants) and graph outputs live to the last step. An in-place state update becomes
-an alias of its state's buffer when nothing reads the old value after the update; otherwise it
-is a buffer of its own (the runtime then copies it into the state's buffer between steps).
+A buffer is one materialization of planner.memory.replay, with its live range and storage
+sharing from there: an in-place state update becomes an alias of its state's buffer when nothing
+reads the old value after the update; otherwise it is a buffer of its own (the runtime then
+copies it into the state's buffer between steps).
 
 Each device's buffers are then laid out in one arena by planner.layout; the plan reports the
 arena next to the live-bytes lower bound.
@@ -12,10 +11,12 @@ arena next to the live-bytes lower bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, plan_layout
+from planner.memory.replay import Materialization, Replay, replay
 from planner.memory.schedule import Compute, Copy, Free, Schedule
 from planner.memory.sharing import state_updates
 from schemas.plan import (
@@ -32,18 +33,6 @@ from schemas.plan import (
 PERSISTENT = "persistent"
 
 
-@dataclass
-class _Materialization:
-    id: str
-    tensor: int
-    device: str
-    first: int
-    reads: list[int] = field(default_factory=list)
-    freed_at: int | None = None
-    preloaded: bool = False
-    alias_of: str | None = None
-
-
 @dataclass(frozen=True)
 class BuiltPlan:
     plan: Plan
@@ -57,38 +46,28 @@ def build_plan(
     *,
     plan_id: str,
     planner_version: str,
-    solvers: list[SolverReport],
+    solvers: Sequence[SolverReport] = (),
     predicted_seconds: float | None = None,
     layout_time_limit: float = 10.0,
 ) -> BuiltPlan:
-    buffers, steps, resident = _replay(graph, schedule)
-    n_steps = len(steps)
-    updates = state_updates(graph)
-    _alias_in_place_updates(graph, buffers, updates.in_place)
-    persistent = _persistent_ids(graph, buffers, updates.persistent)
+    walk = replay(graph, schedule)
+    name = {m: _buffer_id(graph, m) for m in walk.materializations}
+    owners = [m for m in walk.materializations if m.alias_of is None]
 
     layouts: dict[str, Layout] = {}
+    reports = list(solvers)  # the caller's phases, then one layout report per device
     devices = []
     for device, budget in request.budgets.items():
-        mine = [b for b in buffers.values() if b.device == device and b.alias_of is None]
+        mine = [m for m in owners if m.device == device]
         layout = plan_layout(
-            [
-                Buffer(
-                    id=b.id,
-                    lower=0 if b.id in persistent else b.first,
-                    upper=n_steps if b.id in persistent else _last_step(graph, b, n_steps) + 1,
-                    size=max(graph.tensors[b.tensor].nbytes, 1),
-                    zone=PERSISTENT if b.id in persistent else None,
-                )
-                for b in mine
-            ],
+            [_layout_buffer(graph, walk, m, name[m]) for m in mine],
             alignment=request.alignment,
             time_limit=layout_time_limit,
             workers=request.workers,
             seed=request.seed,
         )
         layouts[device] = layout
-        solvers.append(SolverReport(
+        reports.append(SolverReport(
             phase="layout", device=device, method=layout.method, status=layout.status,
             objective=layout.arena_size, bound=layout.lower_bound, gap=layout.gap,
             seconds=layout.solve_seconds,
@@ -98,29 +77,13 @@ def build_plan(
             budget_bytes=budget,
             arena_bytes=layout.arena_size,
             lower_bound_bytes=layout.live_bytes_bound,
-            persistent_bytes=sum(graph.tensors[b.tensor].nbytes for b in mine
-                                 if b.id in persistent),
+            persistent_bytes=sum(graph.tensors[m.tensor].nbytes for m in mine
+                                 if walk.holds_for_whole_step(m)),
         ))
 
-    specs = []
-    for b in buffers.values():
-        tensor = graph.tensors[b.tensor]
-        owner = b.alias_of or b.id
-        specs.append(BufferSpec(
-            id=b.id,
-            tensor=tensor.name,
-            device=b.device,
-            offset=layouts[b.device].offsets[owner],
-            size=tensor.nbytes,
-            dtype=tensor.dtype,
-            shape=list(tensor.shape),
-            first_step=b.first,
-            last_step=n_steps - 1 if b.id in persistent else _last_step(graph, b, n_steps),
-            role=tensor.role.value,
-            zone=PERSISTENT if b.id in persistent else "transient",
-            preloaded=b.preloaded,
-            alias_of=b.alias_of,
-        ))
+    specs = [_buffer_spec(graph, walk, m, name, layouts) for m in walk.materializations]
+    history = walk.final()
+    updates = state_updates(graph)
 
     plan = Plan(
         plan_id=plan_id,
@@ -129,91 +92,71 @@ def build_plan(
         request=request,
         devices=devices,
         buffers=specs,
-        steps=steps,
-        graph_inputs={graph.tensors[t].name: resident[(t, schedule.home[t])][0]
+        steps=_steps(graph, walk, name),
+        graph_inputs={graph.tensors[t].name: name[history[(t, schedule.home[t])][0]]
                       for t in graph.inputs},
-        graph_outputs={graph.tensors[t].name: resident[(t, schedule.home[t])][-1]
+        graph_outputs={graph.tensors[t].name: name[history[(t, schedule.home[t])][-1]]
                        for t in graph.outputs},
-        constants={t.name: resident[(t.id, schedule.home[t.id])][0]
+        constants={t.name: name[history[(t.id, schedule.home[t.id])][0]]
                    for t in graph.tensors if t.is_initializer},
         state_updates={graph.tensors[t].name: graph.tensors[graph.tensors[t].updated_by].name
                        for t in sorted(updates.persistent)},
         predicted_seconds=predicted_seconds,
-        solvers=solvers,
+        solvers=reports,
     )
     return BuiltPlan(plan=plan, layouts=layouts)
 
 
-def _replay(graph: Graph, schedule: Schedule):
-    """Walk the events, creating a materialization per compute output / copy."""
-    buffers: dict[str, _Materialization] = {}
-    current: dict[tuple[int, str], _Materialization] = {}
-    history: dict[tuple[int, str], list[str]] = {}
-    counts: dict[tuple[int, str], int] = {}
+def _buffer_id(graph: Graph, m: Materialization) -> str:
+    """`tensor@device`, with `#k` for the k-th rematerialization or copy there."""
+    return f"{graph.tensors[m.tensor].name}@{m.device}" + (f"#{m.ordinal}" if m.ordinal else "")
 
-    def create(tensor: int, device: str, step: int, preloaded: bool = False) -> str:
-        key = (tensor, device)
-        k = counts.get(key, 0)
-        counts[key] = k + 1
-        name = f"{graph.tensors[tensor].name}@{device}" + (f"#{k}" if k else "")
-        m = _Materialization(name, tensor, device, step, preloaded=preloaded)
-        buffers[name] = m
-        current[key] = m
-        history.setdefault(key, []).append(name)
-        return name
 
-    for tensor, device in sorted(schedule.home.items()):
-        if graph.tensors[tensor].producer is None:
-            create(tensor, device, 0, preloaded=True)
-    steps = []
-    for index, event in enumerate(schedule.events):
+def _layout_buffer(graph: Graph, walk: Replay, m: Materialization, buffer_id: str) -> Buffer:
+    first, last = walk.live_range(m)
+    whole_step = walk.holds_for_whole_step(m)
+    return Buffer(id=buffer_id, lower=first, upper=last + 1,
+                  size=max(graph.tensors[m.tensor].nbytes, 1),
+                  zone=PERSISTENT if whole_step else None)
+
+
+def _buffer_spec(graph: Graph, walk: Replay, m: Materialization,
+                 name: dict[Materialization, str], layouts: dict[str, Layout]) -> BufferSpec:
+    tensor = graph.tensors[m.tensor]
+    owner = m.alias_of or m
+    whole_step = walk.holds_for_whole_step(m)
+    return BufferSpec(
+        id=name[m],
+        tensor=tensor.name,
+        device=m.device,
+        offset=layouts[m.device].offsets[name[owner]],
+        size=tensor.nbytes,
+        dtype=tensor.dtype,
+        shape=list(tensor.shape),
+        first_step=m.first,
+        last_step=walk.live_range(m)[1],
+        role=tensor.role.value,
+        zone=PERSISTENT if whole_step else "transient",
+        preloaded=m.preloaded,
+        alias_of=name[m.alias_of] if m.alias_of is not None else None,
+    )
+
+
+def _steps(graph: Graph, walk: Replay, name: dict[Materialization, str]
+           ) -> list[ComputeStep | CopyStep | FreeStep]:
+    """The plan's steps, one per schedule event, naming the buffers the replay assigned."""
+    steps: list[ComputeStep | CopyStep | FreeStep] = []
+    for event, io in zip(walk.schedule.events, walk.events, strict=True):
         if isinstance(event, Compute):
             op = graph.ops[event.op]
-            inputs = []
-            for t in op.inputs:
-                if t is None:
-                    inputs.append(None)
-                    continue
-                m = current[(t, event.device)]
-                m.reads.append(index)
-                inputs.append(m.id)
-            outputs = [None if t is None else create(t, event.device, index) for t in op.outputs]
             steps.append(ComputeStep(
                 op_id=op.id, op_name=op.name, op_type=op.op_type, device=event.device,
-                inputs=inputs, outputs=outputs, recompute=event.recompute,
+                inputs=[None if m is None else name[m] for m in io.reads],
+                outputs=[None if m is None else name[m] for m in io.writes],
+                recompute=event.recompute,
             ))
         elif isinstance(event, Copy):
-            src = current[(event.tensor, event.src)]
-            src.reads.append(index)
-            dst = create(event.tensor, event.dst, index)
-            steps.append(CopyStep(src=src.id, dst=dst))
+            steps.append(CopyStep(src=name[io.reads[0]], dst=name[io.writes[0]]))
         elif isinstance(event, Free):
-            m = current.pop((event.tensor, event.device))
-            m.freed_at = index
-            steps.append(FreeStep(buffer=m.id))
-    return buffers, steps, history
-
-
-def _last_step(graph: Graph, b: _Materialization, n_steps: int) -> int:
-    if b.freed_at is None and graph.tensors[b.tensor].is_graph_output:
-        return n_steps - 1
-    return max([b.first, *b.reads])
-
-
-def _alias_in_place_updates(graph: Graph, buffers, in_place: dict[int, int]) -> None:
-    """Let an updated state share its state's storage when no read of the old value follows."""
-    preloaded = {(b.tensor, b.device): b for b in buffers.values() if b.preloaded}
-    for new in buffers.values():
-        old = preloaded.get((in_place.get(new.tensor), new.device))
-        if old is not None and old.freed_at is None and all(r <= new.first for r in old.reads):
-            new.alias_of = old.id
-
-
-def _persistent_ids(graph: Graph, buffers, persistent_tensors) -> set[str]:
-    """Preloaded state and constants: they sit in the persistent zone for the whole step."""
-    return {
-        b.id
-        for b in buffers.values()
-        if b.preloaded
-        and (b.tensor in persistent_tensors or graph.tensors[b.tensor].is_initializer)
-    }
+            steps.append(FreeStep(buffer=name[io.freed]))
+    return steps
