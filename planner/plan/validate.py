@@ -1,8 +1,9 @@
 """Independent replay of a plan: is it executable, within budget, and complete?
 
 The validator trusts nothing the solvers computed. It shares no code with them beyond the graph
-IR and the layout checker (itself independent of the layout solvers): it replays the plan's steps
-one by one, keeping its own record of which buffers are live, and checks that
+IR, the layout checker (itself independent of the layout solvers) and the live-bytes sum of the
+plan's own declarations (planner.plan.live): it replays the plan's steps one by one, keeping
+its own record of which buffers are live, and checks that
 
 - every buffer holds a real tensor of the model with its exact size, dtype and shape, on a device
   the plan budgets for;
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, check_layout
+from planner.plan.live import live_curves
 from schemas.plan import PLAN_SCHEMA_VERSION, ComputeStep, CopyStep, FreeStep, Plan
 from schemas.profile import Profile
 
@@ -179,13 +181,9 @@ def _replay(graph: Graph, plan: Plan, buffers) -> list[str]:
 
 def _live_curves(plan: Plan, buffers) -> dict[str, list[int]]:
     n = len(plan.steps)
-    curves = {device: [0] * n for device in plan.request.budgets}
-    for b in buffers.values():
-        if b.alias_of is not None:
-            continue  # shares its owner's bytes
-        for step in range(b.first_step, min(b.last_step, n - 1) + 1):
-            curves[b.device][step] += b.size
-    return curves
+    curves = live_curves(buffers.values(), n)
+    return {device: curves[device].tolist() if device in curves else [0] * n
+            for device in plan.request.budgets}
 
 
 def _check_memory(plan: Plan, buffers, live) -> list[str]:

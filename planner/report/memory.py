@@ -2,8 +2,9 @@
 
 Live bytes at step k are the sizes of the device's buffers whose inclusive live range holds k,
 counting an in-place alias once (it shares its owner's bytes): the same curve the validator
-checks against the budget. Long plans are downsampled to at most `max_points` steps, keeping in
-each bucket the step with the most bytes live, so the peak is never lost.
+checks against the budget (both from planner.plan.live). Long plans are downsampled to at most
+`max_points` steps, keeping in each bucket the step with the most bytes live, so the peak is
+never lost.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.report.index import PlanIndex, live_range
+from planner.plan.live import live_curves
+from planner.report.index import PlanIndex
 from planner.report.palette import LAYERS
 from schemas.plan import ComputeStep, CopyStep
 
@@ -40,13 +42,8 @@ def memory_curves(index: PlanIndex, max_points: int = 2000) -> list[MemoryCurve]
     arenas = {d.device: d for d in index.plan.devices}
     curves = []
     for device in index.devices:
-        per_layer: dict[str, np.ndarray] = {}
-        for b in index.owners(device):
-            first, last = live_range(b, index.n_steps)
-            delta = per_layer.setdefault(index.layer(b), np.zeros(n + 1, dtype=np.int64))
-            delta[first] += b.size
-            delta[last + 1] -= b.size
-        layers = {name: np.cumsum(per_layer[name])[:n] for name in LAYERS if name in per_layer}
+        per_layer = live_curves(index.owners(device), n, key=index.layer)
+        layers = {name: per_layer[name] for name in LAYERS if name in per_layer}
         total = sum(layers.values(), np.zeros(n, dtype=np.int64))
         starts, shown = _representative_steps(total, max_points)
         plan_device = arenas.get(device)
