@@ -104,7 +104,7 @@ class Op:
         return tuple(t for t in self.outputs if t is not None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one graph is one loaded model: compared and hashed by identity
 class Graph:
     name: str
     ops: tuple[Op, ...]
@@ -123,13 +123,9 @@ class Graph:
         except KeyError:
             raise KeyError(f"no tensor named '{name}' in graph '{self.name}'") from None
 
-    @property
+    @cached_property
     def _ids_by_name(self) -> dict[str, int]:
-        cached = self.__dict__.get("_name_index")
-        if cached is None:
-            cached = {t.name: t.id for t in self.tensors}
-            object.__setattr__(self, "_name_index", cached)
-        return cached
+        return {t.name: t.id for t in self.tensors}
 
     def tensors_with_role(self, *roles: TensorRole) -> list[Tensor]:
         return [t for t in self.tensors if t.role in roles]

@@ -17,6 +17,7 @@ they occupy their bytes for the whole step (CalcGraph's parameter / optimizer he
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -32,11 +33,14 @@ class StateUpdates:
 
 
 def state_updates(graph: Graph) -> StateUpdates:
-    cached = graph.__dict__.get("_state_updates")
-    if cached is None:
-        cached = _analyze(graph)
-        object.__setattr__(graph, "_state_updates", cached)
-    return cached
+    """The analysis of `graph` (computed once per graph: every phase asks for it)."""
+    analysis = _ANALYSES.get(graph)
+    if analysis is None:
+        analysis = _ANALYSES[graph] = _analyze(graph)
+    return analysis
+
+
+_ANALYSES: weakref.WeakKeyDictionary[Graph, StateUpdates] = weakref.WeakKeyDictionary()
 
 
 def takes_over_storage(old_value_reads: Iterable[int], written_at: int) -> bool:
