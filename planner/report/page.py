@@ -259,6 +259,12 @@ LINES = [("budget", BUDGET_COLOUR, "dashed"), ("arena size", ARENA_COLOUR, "soli
          ("live-bytes lower bound", BOUND_COLOUR, "dotted")]
 
 
+def _device_figure(device: str, legend: str, svg: str, caption: str, note: str = "") -> str:
+    """One device's figure in a section: heading, legend, an optional note, the captioned SVG."""
+    return (f"<h3>{escape(device)}</h3>{legend}{note}"
+            f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>")
+
+
 def _memory_section(data: ReportData) -> str:
     parts = ['<section id="memory"><h2>Memory in use over the steps</h2>']
     steps = data.steps
@@ -275,10 +281,7 @@ def _memory_section(data: ReportData) -> str:
         if c.downsampled:
             caption += (f" Downsampled to {len(c.steps)} points: each shows the step with the "
                         "most bytes live among its run of consecutive steps, so peaks are kept.")
-        parts.append(f"<h3>{escape(c.device)}</h3>")
-        parts.append(_legend(present, LINES))
-        parts.append(f"<figure>{memory_svg(c)}<figcaption>{escape(caption)}</figcaption>"
-                     "</figure>")
+        parts.append(_device_figure(c.device, _legend(present, LINES), memory_svg(c), caption))
     parts.append("</section>")
     return "".join(parts)
 
@@ -300,11 +303,8 @@ def _matrix_section(data: ReportData) -> str:
                       f"op(s) and each column {m.steps_per_col} step(s); a cell shows the "
                       "strongest event inside it (recomputed &gt; computed &gt; copy &gt; held "
                       "copy &gt; kept), so no recomputation is hidden.</p>")
-        parts.append(f"<h3>{escape(m.device)}</h3>")
-        parts.append(_legend(states + regions))
-        parts.append(binned)
-        parts.append(f"<figure>{matrix_svg(m)}<figcaption>{escape(caption)}</figcaption>"
-                     "</figure>")
+        parts.append(_device_figure(m.device, _legend(states + regions), matrix_svg(m), caption,
+                                    note=binned))
     parts.append("</section>")
     return "".join(parts)
 
@@ -323,11 +323,8 @@ def _arena_section(data: ReportData) -> str:
         if a.left_out:
             note = (f'<p class="note">{a.left_out} of the smallest buffers are not drawn, to keep '
                     "the page responsive.</p>")
-        parts.append(f"<h3>{escape(a.device)}</h3>")
-        parts.append(_legend([(layer_name(k), LAYERS[k][1]) for k in present], LINES))
-        parts.append(note)
-        parts.append(f"<figure>{arena_svg(a)}<figcaption>{escape(caption)}</figcaption>"
-                     "</figure>")
+        legend = _legend([(layer_name(k), LAYERS[k][1]) for k in present], LINES)
+        parts.append(_device_figure(a.device, legend, arena_svg(a), caption, note=note))
     parts.append("</section>")
     return "".join(parts)
 
