@@ -107,7 +107,7 @@ def test_optimize_order_reports_its_work():
 def test_window_problem_reproduces_the_live_bytes_of_the_window(seed):
     import random
 
-    from planner.order.olla_ilp import solve_problem
+    from planner.order.olla_ilp import solve_lifetime_problem
     from planner.order.refine import window_problem
 
     graph = load_graph(random_dag(seed, n_ops=14))
@@ -124,7 +124,7 @@ def test_window_problem_reproduces_the_live_bytes_of_the_window(seed):
         one_op_per_step=True, tensors=problem.tensors, baseline=problem.baseline,
         edges=problem.edges,
     )
-    solution = solve_problem(pinned, time_limit=5)
+    solution = solve_lifetime_problem(pinned, time_limit=5)
     assert solution.objective == max(life.live_bytes[start:stop])
 
 

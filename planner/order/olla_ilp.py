@@ -178,7 +178,7 @@ def solve_lifetimes(
         hint_steps = [0] * len(graph.ops)
         for k, op in enumerate(hint):
             hint_steps[op] = k
-    solution = solve_problem(problem, hint_steps, time_limit=time_limit, workers=workers,
+    solution = solve_lifetime_problem(problem, hint_steps, time_limit=time_limit, workers=workers,
                              seed=seed)
     order = None if solution.step_of is None else order_by_levels(graph, solution.step_of)
     return LifetimeSolution(
@@ -188,7 +188,7 @@ def solve_lifetimes(
     )
 
 
-def solve_problem(
+def solve_lifetime_problem(
     problem: LifetimeProblem,
     hint_steps: Sequence[int] | None = None,
     *,

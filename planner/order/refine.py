@@ -25,7 +25,7 @@ from planner.memory.sharing import state_updates
 from planner.order.olla_ilp import (
     LifetimeProblem,
     ProblemTensor,
-    solve_problem,
+    solve_lifetime_problem,
     spans_from_successors,
 )
 
@@ -78,7 +78,7 @@ def _solve_window(graph, order, life, start, stop, time_limit, workers, seed):
     """Re-order order[start:stop] exactly; return the new order if the window's max dropped."""
     problem, ops = window_problem(graph, order, life, start, stop)
     current = max(life.live_bytes[start:stop])
-    solution = solve_problem(
+    solution = solve_lifetime_problem(
         problem, list(range(len(ops))), time_limit=time_limit, workers=workers, seed=seed
     )
     if solution.step_of is None or solution.objective >= current:
