@@ -26,6 +26,11 @@ from planner.ir.graph import Graph
 from planner.ir.onnx_model import read_model_bytes
 from planner.memory.liveness import order_lower_bound
 from planner.order import optimize_order
+from planner.pipeline import plan_graph, plan_model
+from planner.profile.costs import costs_from_profile
+from planner.profile.for_request import profile_for
+from planner.remat.rematerialize import plan_remat, smallest_peak
+from planner.time_budget import MIN_BUDGET_SHARES as SHARES
 from schemas.plan import Plan, PlanRequest
 
 
@@ -42,43 +47,44 @@ class MinBudget:
 def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 60.0,
                workers: int = 1, seed: int = 0, alignment: int = 64,
                plan: Callable[[Graph, PlanRequest], Plan] | None = None) -> MinBudget:
-    """See the module doc. Time: a tenth for keeping everything, up to a fifth for CP-SAT's
-    min-peak model, the bisection until 60% of it, the rest for confirming plans (the first
-    confirmation runs even when the bisection has used it all: no answer is worse)."""
-    from planner.pipeline import plan_graph, profile_for
-    from planner.profile.costs import costs_from_profile
-    from planner.remat.rematerialize import smallest_peak
-
+    """See the module doc. Time (planner.time_budget.MinBudgetShares): a tenth for keeping
+    everything, up to a fifth for CP-SAT's min-peak model, the bisection until 60% of it, the
+    rest for confirming plans (the first confirmation runs even when the bisection has used it
+    all: no answer is worse)."""
     started = time.perf_counter()
     plan = plan or (lambda g, r: plan_graph(g, r))
     lower = order_lower_bound(graph)
-    base = PlanRequest(budgets={device: 1 << 50}, time_limit_s=max(2.0, time_limit * 0.1),
+    base = PlanRequest(budgets={device: 1 << 50},
+                       time_limit_s=max(SHARES.keep_all_floor_s, time_limit * SHARES.keep_all),
                        workers=workers, seed=seed, alignment=alignment, profile=profile)
     keep_all = plan(graph, base)
     keep_arena = keep_all.devices[0].arena_bytes
-    order = optimize_order(graph, time_limit=max(1.0, time_limit * 0.05), workers=workers,
-                           seed=seed)
+    order = optimize_order(graph, time_limit=max(1.0, time_limit * SHARES.order),
+                           workers=workers, seed=seed)
     profile = profile or profile_for(graph, base, lambda *_: None)
     base = base.model_copy(update={"profile": profile})
     costs = costs_from_profile(profile, graph, [device])
     upper = keep_arena
     if len(graph.ops) <= MIN_PEAK_MODEL_OPS:
-        peak = smallest_peak(graph, order.order, device, costs, time_limit=time_limit * 0.2,
+        peak = smallest_peak(graph, order.order, device, costs,
+                             time_limit=time_limit * SHARES.min_peak,
                              workers=workers, seed=seed, memory_unit=alignment,
                              hint_budget=keep_arena)
         if peak.peak_bytes is not None:
             upper = min(upper, peak.peak_bytes)
     budget = smallest_heuristic_budget(graph, order.order, device, costs, lower, upper,
                                        memory_unit=alignment,
-                                       probe_seconds=max(2.0, time_limit * 0.08),
-                                       deadline=started + 0.6 * time_limit)
+                                       probe_seconds=max(SHARES.probe_floor_s,
+                                                         time_limit * SHARES.probe),
+                                       deadline=started + SHARES.bisection_until * time_limit)
     best = keep_all
     for attempt in range(6):
         left = time_limit - (time.perf_counter() - started)
         if budget >= keep_arena or (attempt and left <= 0):
             break
         request = base.model_copy(update={"budgets": {device: budget},
-                                          "time_limit_s": max(0.2 * time_limit, left / 2)})
+                                          "time_limit_s": max(SHARES.confirm_at_least * time_limit,
+                                                               left / 2)})
         try:
             best = plan(graph, request)
             break
@@ -105,8 +111,6 @@ def smallest_heuristic_budget(graph: Graph, order, device: str, costs, lower: in
     budget of its own peak), else above the middle. A heuristic answer, not
     a proof: a failed probe only means the heuristics found nothing there. No probe starts
     after `deadline` (a perf_counter time)."""
-    from planner.remat.rematerialize import plan_remat
-
     lo, hi = lower, upper
     for _ in range(steps):
         if hi - lo <= tolerance * hi or (deadline is not None
@@ -147,8 +151,6 @@ def max_batch(model: str | Path | bytes, request: PlanRequest, dim: str = "batch
               limit: int = 1 << 16,
               plan: Callable[[object, PlanRequest], Plan] | None = None) -> MaxBatch:
     """Largest `dim` in [1, limit] whose plan fits `request.budgets`: doubling, then bisection."""
-    from planner.pipeline import plan_model
-
     if dim not in symbolic_dims(model):
         raise InvalidInputError(f"the model has no symbolic dim '{dim}' to search over; name "
                                 "one with --dim-name (its inputs' shapes give the names)")

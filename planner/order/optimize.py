@@ -29,6 +29,7 @@ from planner.order.control_edges import early_update_edges
 from planner.order.heuristics import eager_free_order, file_order, levelize, memory_greedy_order
 from planner.order.olla_ilp import count_variables, sequential_spans, solve_lifetimes
 from planner.order.refine import refine_order
+from schemas.plan import SolverReport
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,14 @@ class OrderResult:
     candidates: dict[str, int] = field(default_factory=dict)  # method -> peak bytes
     solver: dict[str, object] = field(default_factory=dict)  # the CP-SAT run, as reported
     notes: tuple[str, ...] = ()
+
+    def report(self) -> SolverReport:
+        """The order phase as the plan reports it (`Plan.solvers`)."""
+        return SolverReport(
+            phase="order", method=self.method, status=self.status,
+            objective=self.peak_bytes, bound=self.lower_bound_bytes, gap=self.gap,
+            baseline=self.file_order_peak_bytes, seconds=self.seconds, notes=list(self.notes),
+        )
 
 
 def optimize_order(

@@ -72,30 +72,6 @@ def measured_as(device: str) -> str:
     return "cpu" if device.startswith("cpu") else device
 
 
-def with_host_arenas(profile: Profile, devices: Sequence[str]) -> Profile:
-    """`profile` extended for extra host arenas among `devices`: each `cpu:N` gets the `cpu`
-    costs and host copies (HOST_COPY, labelled as assumed) to and from every other host arena,
-    so that the validator prices plans that use them."""
-    extra = [d for d in devices if d.startswith("cpu:") and d not in profile.devices]
-    if not extra or "cpu" not in profile.devices:
-        return profile
-    from schemas.profile import CopyFit
-
-    ops = [op.model_copy(update={"costs": {**op.costs, **{d: op.costs["cpu"] for d in extra
-                                                         if "cpu" in op.costs}}})
-           for op in profile.ops]
-    hosts = ["cpu", *[d for d in devices if d.startswith("cpu:")]]
-    have = {(f.src, f.dst) for f in profile.copies}
-    copies = list(profile.copies) + [
-        CopyFit(src=a, dst=b, latency_seconds=HOST_COPY.latency,
-                bytes_per_second=HOST_COPY.bytes_per_second,
-                method="assumed host memcpy between host arenas (not measured)")
-        for a in hosts for b in hosts if a != b and (a, b) not in have
-    ]
-    return profile.model_copy(update={"devices": [*profile.devices, *extra], "ops": ops,
-                                      "copies": copies})
-
-
 def costs_from_profile(profile: Profile, graph: Graph, devices: Sequence[str]) -> CostTable:
     """The profile's medians for `devices`; raises InvalidInputError when it lacks one of them.
     `cpu:N` uses the `cpu` costs, and copies between host arenas default to HOST_COPY."""
@@ -138,12 +114,3 @@ def costs_from_profile(profile: Profile, graph: Graph, devices: Sequence[str]) -
                     f"{src} --device {dst}"
                 )
     return CostTable(devices=tuple(devices), op_seconds=tuple(op_seconds), copies=copies)
-
-
-def uniform_costs(graph: Graph, devices: Sequence[str], seconds: float = 1.0) -> CostTable:
-    """Every op costs `seconds` everywhere (for tests of memory behaviour only)."""
-    return CostTable(
-        devices=tuple(devices),
-        op_seconds=tuple({d: seconds for d in devices} for _ in graph.ops),
-        copies={(a, b): CopyLine(0.0, 1e9) for a in devices for b in devices if a != b},
-    )

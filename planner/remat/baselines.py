@@ -41,8 +41,8 @@ class BaselineResult:
     seconds: float
     note: str = ""
 
-    def fits(self, budgets: Mapping[str, int]) -> bool:
-        return self.stats is not None and self.stats.fits(dict(budgets))
+    def fits(self, budget_bytes: Mapping[str, int]) -> bool:
+        return self.stats is not None and self.stats.fits(dict(budget_bytes))
 
 
 def keep_all(graph: Graph, order: Sequence[int], device: str, costs: CostTable,
@@ -59,10 +59,10 @@ def chen_sqrt(problem: RematProblem, costs: CostTable) -> BaselineResult:
     return _replayed("chen-sqrt", problem, result, costs, started)
 
 
-def greedy(problem: RematProblem, budgets: Mapping[str, int], costs: CostTable
+def greedy(problem: RematProblem, budget_bytes: Mapping[str, int], costs: CostTable
            ) -> BaselineResult:
     started = time.perf_counter()
-    units = budgets[problem.home] // problem.memory_unit
+    units = budget_bytes[problem.home] // problem.memory_unit
     result = execute(problem, problem.home, "greedy", budget=units, actual=True)
     return _replayed("greedy", problem, result, costs, started)
 
@@ -77,10 +77,10 @@ def _replayed(name: str, problem: RematProblem, result: ExecutionResult, costs: 
                           time.perf_counter() - started)
 
 
-def checkmate_lp(problem: RematProblem, budgets: Mapping[str, int], costs: CostTable, *,
+def checkmate_lp(problem: RematProblem, budget_bytes: Mapping[str, int], costs: CostTable, *,
                  seed: int = 0, time_limit: float = 60.0) -> BaselineResult:
     started = time.perf_counter()
-    result = lp_rounding(problem, budgets, costs, seed=seed, time_limit=time_limit)
+    result = lp_rounding(problem, budget_bytes, costs, seed=seed, time_limit=time_limit)
     note = f"LP {result.lp_status}, {result.tried} roundings"
     if result.candidate is None:
         return BaselineResult("checkmate-lp", None, None, time.perf_counter() - started, note)
@@ -88,14 +88,14 @@ def checkmate_lp(problem: RematProblem, budgets: Mapping[str, int], costs: CostT
                           time.perf_counter() - started, note)
 
 
-def chain_dp(graph: Graph, budgets: Mapping[str, int], costs: CostTable,
+def chain_dp(graph: Graph, budget_bytes: Mapping[str, int], costs: CostTable,
              memory_unit: int = 1) -> BaselineResult:
     started = time.perf_counter()
-    device = next(iter(budgets))
+    device = next(iter(budget_bytes))
     chain = find_chain(graph, costs, device, memory_unit)
     if chain is None:
         return BaselineResult("chain-dp", None, None, 0.0, "not a chain")
-    budget = budgets[device] // memory_unit
+    budget = budget_bytes[device] // memory_unit
     solution = solve_chain(chain.af, chain.ab, chain.bf, chain.bb, budget)
     if solution is None:
         return BaselineResult("chain-dp", None, None, time.perf_counter() - started,

@@ -1,14 +1,19 @@
 """Choose how faithful a model the time limit affords: the problem for one graph and order.
 
-The reductions, from the most faithful model down (the first whose size fits is used):
+`TIERS`, from the most faithful model down (the first whose size fits is used); n is the number
+of recomputable ops, and segment tiers cut them into N = max(8, n // 8 or n // 15) segments:
 
-| tier | recompute window | recomputed as | just-in-time chain | memory model |
+| tier | recompute window | recomputed as | just-in-time chain | small values |
 |---|---|---|---|---|
-| checkmate | any later stage | single ops | unbounded | exact (Checkmate) if small |
-| ops | any later stage | single ops | unbounded | static frees |
-| ops-backward | after the forward phase | single ops | unbounded | static frees |
-| segments | after the forward phase | segments | unbounded | static frees |
-| segments-jit-N | after the forward phase | segments | N readers deep | static frees |
+| checkmate | any later stage | single ops | unbounded | modelled |
+| ops | any later stage | single ops | unbounded | kept whole |
+| ops-backward | after the forward phase | single ops | unbounded | kept whole |
+| segmentsN | after the forward phase | segments, n // 8 | unbounded | kept whole |
+| segmentsN | after the forward phase | segments, n // 15 | unbounded | kept whole |
+| segmentsN-jitD | after the forward phase | segments, n // 15 | D = 4, 2, 1, 0 deep | kept whole |
+
+The memory model is exact (Checkmate's) for the checkmate tier on one device when the problem is
+small (EXACT_NODE_LIMIT nodes), else static frees.
 
 Reductions every tier applies and whether they keep optimality:
 - exact: presolve of fixed variables, one save variable per run of stages without an event,
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from planner.ir.graph import Graph
 from planner.profile.costs import CostTable
@@ -48,6 +54,40 @@ EXACT_NODE_LIMIT = 90
 
 
 @dataclass(frozen=True)
+class Tier:
+    """One row of the module doc's table: how the tier reduces the problem."""
+
+    name: str  # segment tiers add the segment count (and the depth): see `label`
+    window: Literal["any", "after_forward"]  # RematOptions.window
+    small_values_kept: bool  # RematOptions.tiny_units: on (reported as a reduction) or off
+    ops_per_segment: int | None = None  # None: single ops
+    jit_depth: int | None = None  # RematOptions.jit_depth
+    exact_memory: bool = False  # the exact memory model when the problem is small enough
+
+    def segments(self, n_recomputable: int) -> int | None:
+        if self.ops_per_segment is None:
+            return None
+        return max(8, n_recomputable // self.ops_per_segment)
+
+    def label(self, segments: int | None) -> str:
+        if segments is None:
+            return self.name
+        return f"{self.name}{segments}" + ("" if self.jit_depth is None
+                                           else f"-jit{self.jit_depth}")
+
+
+TIERS = (
+    Tier("checkmate", "any", small_values_kept=False, exact_memory=True),
+    Tier("ops", "any", small_values_kept=True),
+    Tier("ops-backward", "after_forward", small_values_kept=True),
+    Tier("segments", "after_forward", small_values_kept=True, ops_per_segment=8),
+    Tier("segments", "after_forward", small_values_kept=True, ops_per_segment=15),
+    *(Tier("segments", "after_forward", small_values_kept=True, ops_per_segment=15,
+           jit_depth=depth) for depth in (4, 2, 1, 0)),
+)
+
+
+@dataclass(frozen=True)
 class Configured:
     problem: RematProblem
     memory: MemoryModel
@@ -63,12 +103,12 @@ def home_device(budgets: Mapping[str, int]) -> str:
 
 
 def configure(
-    graph: Graph, order: Sequence[int], costs: CostTable, budgets: Mapping[str, int], *,
+    graph: Graph, order: Sequence[int], costs: CostTable, budget_bytes: Mapping[str, int], *,
     memory_unit: int = 64, size_limit: int = SIZE_LIMIT, exact_node_limit: int = EXACT_NODE_LIMIT,
-    tighten: bool = True, force_tier: str | None = None,
+    tighten: bool = True,
 ) -> Configured:
-    devices = tuple(budgets)
-    home = home_device(budgets)
+    devices = tuple(budget_bytes)
+    home = home_device(budget_bytes)
     base = RematOptions(memory_unit=memory_unit)
     recomputable, forward_end = forward_phase(graph, order, base)
     reductions = [
@@ -88,54 +128,60 @@ def configure(
             reductions.append(Reduction("tightened order", False, "ops never recomputed moved "
                                         "next to their data (planner.remat.reorder)"))
         order = tightened
-    budget_units = min(budgets.values()) // memory_unit
+    budget_units = min(budget_bytes.values()) // memory_unit
     tiny = max(1, budget_units // 4000)
-    n_recomputable = len(recomputable)
     multi = len(devices) > 1
-    tiers = [
-        ("checkmate", RematOptions(memory_unit=memory_unit, window="any"), None, []),
-        ("ops", RematOptions(memory_unit=memory_unit, window="any", tiny_units=tiny), None, []),
-        ("ops-backward", RematOptions(memory_unit=memory_unit, window="after_forward",
-                                      tiny_units=tiny), None, []),
-    ]
-    for segments in (max(8, n_recomputable // 8), max(8, n_recomputable // 15)):
-        tiers.append((f"segments{segments}", RematOptions(
-            memory_unit=memory_unit, window="after_forward", tiny_units=tiny), segments, []))
-    segments = max(8, n_recomputable // 15)
-    for depth in (4, 2, 1, 0):
-        tiers.append((f"segments{segments}-jit{depth}", RematOptions(
-            memory_unit=memory_unit, window="after_forward", tiny_units=tiny, jit_depth=depth),
-            segments, []))
-    chosen = None
     fine = None
-    for name, options, segments, _ in tiers:
-        if force_tier is not None and name != force_tier:
-            continue
+    for tier in TIERS:
+        segments = tier.segments(len(recomputable))
+        options = _options(tier, memory_unit, tiny)
         units = coarse_groups(graph, order, recomputable, segments) if segments else None
         groups = _fixed_runs(graph, order, recomputable, units) if multi and units else None
         problem = build_problem(
             graph, order, costs, devices=devices, home=home, options=options,
             recomputable=recomputable, units=units, groups=groups,
         )
-        size = sum(len(n.recompute_stages) * len(devices) for n in problem.nodes
-                   if n.unit is None) + sum(len(problem.nodes[u[0]].recompute_stages)
-                                            * len(devices) for u in problem.units)
-        if multi:
-            size += len(problem.nodes) * (len(devices) - 1)
-        chosen = (name, options, segments, problem)
-        if fine is None and not segments and name != "checkmate" and size <= FINE_LIMIT:
+        size = _recompute_variables(problem)
+        if fine is None and not segments and tier.small_values_kept and size <= FINE_LIMIT:
             fine = problem
-        if size <= size_limit or force_tier is not None:
+        if size <= size_limit:
             break
-    name, options, segments, problem = chosen
-    memory: MemoryModel = "exact" if (name == "checkmate" and not multi
+    memory: MemoryModel = "exact" if (tier.exact_memory and not multi
                                       and len(problem.nodes) <= exact_node_limit) else "stage"
-    notes = {
-        "checkmate": [],
-        "ops": [Reduction("small values kept", False, f"values and nodes under {tiny} units are "
-                          "kept whole / checked per run")],
-    }
-    extra = list(notes.get(name, notes["ops"]))
+    extra = _tier_reductions(tier, options, segments, memory, tiny)
+    problem = replace(problem, reductions=tuple(reductions + extra))
+    if fine is None:
+        fine = problem if not segments else build_problem(
+            graph, order, costs, devices=devices, home=home, recomputable=recomputable,
+            options=RematOptions(memory_unit=memory_unit, window="after_forward",
+                                 tiny_units=tiny))
+    return Configured(problem, memory, tier.label(segments), tuple(order), fine)
+
+
+def _options(tier: Tier, memory_unit: int, tiny: int) -> RematOptions:
+    return RematOptions(memory_unit=memory_unit, window=tier.window,
+                        tiny_units=tiny if tier.small_values_kept else 0,
+                        jit_depth=tier.jit_depth)
+
+
+def _recompute_variables(problem: RematProblem) -> int:
+    """The model's size: recompute variables (a unit's nodes share theirs), plus one placement
+    choice per node and extra device."""
+    devices = len(problem.devices)
+    size = sum(len(n.recompute_stages) * devices for n in problem.nodes if n.unit is None)
+    size += sum(len(problem.nodes[u[0]].recompute_stages) * devices for u in problem.units)
+    if devices > 1:
+        size += len(problem.nodes) * (devices - 1)
+    return size
+
+
+def _tier_reductions(tier: Tier, options: RematOptions, segments: int | None,
+                     memory: MemoryModel, tiny: int) -> list[Reduction]:
+    """The reductions the chosen tier adds to those every tier applies."""
+    extra = []
+    if tier.small_values_kept:
+        extra.append(Reduction("small values kept", False, f"values and nodes under {tiny} "
+                               "units are kept whole / checked per run"))
     if options.window == "after_forward":
         extra.append(Reduction("recompute after forward", False, "recomputations only in "
                                "stages after the forward phase"))
@@ -148,13 +194,7 @@ def configure(
     if memory == "stage":
         extra.append(Reduction("static frees", False, "within a stage a value is freed after the "
                                "last node that may read it (Checkmate: that does)"))
-    problem = replace(problem, reductions=tuple(reductions + extra))
-    if fine is None:
-        fine = problem if not segments else build_problem(
-            graph, order, costs, devices=devices, home=home, recomputable=recomputable,
-            options=RematOptions(memory_unit=memory_unit, window="after_forward",
-                                 tiny_units=tiny))
-    return Configured(problem, memory, name, tuple(order), fine)
+    return extra
 
 
 def _fixed_runs(graph: Graph, order: Sequence[int], recomputable, units) -> list[list[int]]:

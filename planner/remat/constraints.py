@@ -267,10 +267,10 @@ def _bound(m: RematModel, d: str) -> tuple[Expr, int | None]:
     """What memory on d is compared with: the budget, or the peak variable ("peak" mode)."""
     if m.objective == "peak":
         if d not in m.peak:
-            floor = min(m.peak_floor.get(d, 0), m.budgets[d])
-            m.peak[d] = m.lm.new_int(f"peak[{d}]", floor, m.budgets[d])
+            floor = min(m.peak_floor.get(d, 0), m.budget_units[d])
+            m.peak[d] = m.lm.new_int(f"peak[{d}]", floor, m.budget_units[d])
         return Expr(0, {m.peak[d]: 1}), None
-    return Expr(), m.budgets[d]
+    return Expr(), m.budget_units[d]
 
 
 def _limit(m: RematModel, d: str, usage: Expr, seen: dict) -> None:
@@ -361,7 +361,7 @@ def add_stage_memory(m: RematModel) -> None:
                 if run is not None:
                     _limit(m, d, run, seen)
                     run = None
-                u = lm.new_int(f"U[{d},{t},{k}]", 0, m.budgets[d])
+                u = lm.new_int(f"U[{d},{t},{k}]", 0, m.budget_units[d])
                 m.defs.append((u, running.copy()))
                 define = running.copy()
                 define.add_var(u, -1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from planner.remat.linear import LinearModel
 from planner.remat.model import ONE, RematModel, entry_value
 from planner.remat.problem import RematProblem
 
@@ -38,8 +37,8 @@ class Evaluation:
     recomputes: int
     copies: int
 
-    def fits(self, budgets: dict[str, int]) -> bool:
-        return all(self.peaks.get(d, 0) <= b for d, b in budgets.items())
+    def fits(self, budget_units: dict[str, int]) -> bool:
+        return all(self.peaks.get(d, 0) <= b for d, b in budget_units.items())
 
 
 class DecisionError(ValueError):
@@ -256,14 +255,3 @@ def hint_for(model: RematModel, decision: Decision) -> dict[int, int] | None:
             lo, hi = lm.bounds[var]
             values[var] = min(max(evaluation.peaks[d], lo), hi)
     return dict(enumerate(values))
-
-
-def check_hint(lm: LinearModel, values: dict[int, int]) -> list[str]:
-    """Constraints a hint violates (for diagnostics)."""
-    problems = []
-    for terms, lo, hi in lm.constraints:
-        total = sum(c * values[v] for v, c in terms.items())
-        if not lo <= total <= hi:
-            problems.append(f"{ {lm.names[v]: c for v, c in terms.items()} } = {total} "
-                            f"not in [{lo}, {hi}]")
-    return problems

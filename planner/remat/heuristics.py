@@ -70,10 +70,10 @@ def _runs(problem: RematProblem, device: str, budget_units: int, scan: Iterable[
 
 
 def heuristic_candidates(
-    problem: RematProblem, budgets: Mapping[str, int], costs: CostTable, *,
+    problem: RematProblem, budget_bytes: Mapping[str, int], costs: CostTable, *,
     scan: Iterable[float] | None = None, deadline: float | None = None, actual: bool = True,
 ) -> tuple[list[Candidate], int | None]:
-    """(single-device candidates whose replayed peak fits `budgets` (bytes), cheapest first;
+    """(single-device candidates whose replayed peak fits `budget_bytes`, cheapest first;
     the smallest replayed peak seen on the home device, fitting or not)."""
     import time
 
@@ -83,7 +83,7 @@ def heuristic_candidates(
     for device in (problem.home,):  # the executor keeps sources where they live
         if any(device not in n.cost for n in problem.nodes):
             continue
-        units = budgets[device] // problem.memory_unit
+        units = budget_bytes[device] // problem.memory_unit
         for k, (name, result) in enumerate(_runs(problem, device, units, scan, actual)):
             if k >= ALWAYS_RUN and deadline is not None and time.perf_counter() > deadline:
                 break
@@ -97,7 +97,7 @@ def heuristic_candidates(
             peak = candidate.stats.peaks.get(device, 0)
             if device == problem.home:
                 smallest = peak if smallest is None else min(smallest, peak)
-            if candidate.stats.fits(dict(budgets)):
+            if candidate.stats.fits(dict(budget_bytes)):
                 fitting.append(candidate)
     fitting.sort(key=lambda c: c.seconds)
     return fitting, smallest

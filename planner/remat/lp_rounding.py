@@ -35,10 +35,10 @@ class LpRoundingResult:
     tried: int
 
 
-def lp_rounding(problem: RematProblem, budgets: Mapping[str, int], costs: CostTable, *,
+def lp_rounding(problem: RematProblem, budget_bytes: Mapping[str, int], costs: CostTable, *,
                 factors: tuple[float, ...] = (0.9, 1.0), samples: int = 8, seed: int = 0,
                 time_limit: float = 60.0) -> LpRoundingResult:
-    """Single-device Checkmate approximation on the home device (budgets in bytes). The LP is
+    """Single-device Checkmate approximation on the home device. The LP is
     solved at 0.9x the budget (Checkmate's choice); when that relaxation is infeasible or no
     rounding fits, at the budget itself."""
     started = time.perf_counter()
@@ -50,16 +50,16 @@ def lp_rounding(problem: RematProblem, budgets: Mapping[str, int], costs: CostTa
         # time left would not cover that.
         if left <= 0 or (k and left < time.perf_counter() - started):
             break
-        result = _at(problem, budgets, costs, factor, samples, seed, deadline, started)
-        if result.candidate is not None and result.candidate.stats.fits(dict(budgets)):
+        result = _at(problem, budget_bytes, costs, factor, samples, seed, deadline, started)
+        if result.candidate is not None and result.candidate.stats.fits(dict(budget_bytes)):
             break
     return result
 
 
-def _at(problem, budgets, costs, factor, samples, seed, deadline, started
+def _at(problem, budget_bytes, costs, factor, samples, seed, deadline, started
         ) -> LpRoundingResult:
     device = problem.home
-    units = {d: int(b * factor) // problem.memory_unit for d, b in budgets.items()}
+    units = {d: int(b * factor) // problem.memory_unit for d, b in budget_bytes.items()}
     model = build_model(RematModel(problem, "stage", "time", units))
     label = f"at {factor:g}x"
     if model.infeasible:
@@ -75,7 +75,7 @@ def _at(problem, budgets, costs, factor, samples, seed, deadline, started
     tried = 0
 
     def rank(c: Candidate) -> tuple:
-        fits = c.stats.fits(dict(budgets))
+        fits = c.stats.fits(dict(budget_bytes))
         return (not fits, c.seconds if fits else c.stats.peaks.get(device, 0))
 
     for threshold in thresholds:

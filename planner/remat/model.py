@@ -60,7 +60,7 @@ class RematModel:
     problem: RematProblem
     memory: MemoryModel
     objective: Objective
-    budgets: Mapping[str, int]  # units ("peak" mode: upper bounds of the peak variables)
+    budget_units: Mapping[str, int]  # "peak" mode: upper bounds of the peak variables
     peak_floor: Mapping[str, int] = field(default_factory=dict)  # "peak" mode: lower bounds
     persistent: bool = False  # restrict to persistent checkpoints (the chain DP's schedules)
     lm: LinearModel = field(default_factory=LinearModel)

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from planner.errors import InvalidInputError
 from planner.ir.graph import Graph, Region
-from planner.memory.sharing import state_updates
+from planner.memory.liveness import live_curve
+from planner.memory.sharing import aliases_in_order, state_updates
 from planner.profile.costs import CostTable
 
 NONDETERMINISTIC_OPS = frozenset({
@@ -144,11 +146,12 @@ class RematProblem:
             return False
         if stage == node:
             return True
-        sets = self.__dict__.get("_recompute_sets")
-        if sets is None:
-            sets = [frozenset(x.recompute_stages) for x in self.nodes]
-            object.__setattr__(self, "_recompute_sets", sets)
-        return stage in sets[node]
+        return stage in self._recompute_sets[node]
+
+    @cached_property
+    def _recompute_sets(self) -> tuple[frozenset[int], ...]:
+        """Each node's recompute stages as a set (may_run is asked once per model variable)."""
+        return tuple(frozenset(n.recompute_stages) for n in self.nodes)
 
     def last_reader_in_stage(self, value: int, device: str, stage: int) -> int:
         """The last node that may read `value` on `device` in `stage` (its producer if none
@@ -192,18 +195,6 @@ def forward_phase(graph: Graph, order: Sequence[int], options: RematOptions
     return recomputable, end
 
 
-def in_place_aliases(graph: Graph, order: Sequence[int]) -> dict[int, int]:
-    """Updated output -> state input for the in-place updates `order` allows (as lifetimes)."""
-    position = {op: k for k, op in enumerate(order)}
-    updates = state_updates(graph)
-    return {
-        new: state
-        for new, state in updates.in_place.items()
-        if all(position[r] <= position[graph.tensors[new].producer]
-               for r in graph.tensors[state].consumers)
-    }
-
-
 def build_problem(
     graph: Graph,
     order: Sequence[int],
@@ -228,218 +219,285 @@ def build_problem(
     devices = tuple(devices)
     if home not in devices:
         raise InvalidInputError(f"home device {home} is not among the devices {devices}")
-    groups = [list(g) for g in (groups if groups is not None else default_groups(order))]
     recomputable_ops, forward_end_pos = forward_phase(graph, order, options)
     if recomputable is not None:
         recomputable_ops = set(recomputable) if options.recompute != "none" else set()
-    alias = in_place_aliases(graph, order)
-    updates = state_updates(graph)
-    unit = options.memory_unit
+    grouping = _Grouping.of(graph, order, groups if groups is not None
+                            else default_groups(order))
+    values = _source_values(grouping, home)
+    records = [_node_values(grouping, index, home, options.memory_unit, values,
+                            recomputable_ops) for index in range(len(grouping.groups))]
+    for index, record in enumerate(records):
+        _reads_and_costs(grouping, index, record, values, costs, devices, options.time_unit)
+    recompute_units = _RecomputeUnits.of(units or (), grouping, records)
+    forward_end = grouping.forward_end(order, forward_end_pos)
+    stages = _recompute_stages(records, values, recompute_units, options, forward_end)
+    nodes = tuple(
+        Node(id=index, ops=rec.ops, values=rec.values, reads=rec.reads, cost=rec.cost,
+             workspace=rec.workspace, recomputable=rec.recomputable and bool(stages[index]),
+             pinned=rec.pinned, recompute_stages=stages[index],
+             unit=recompute_units.unit_of.get(index))
+        for index, rec in enumerate(records)
+    )
+    value_objs = tuple(_value(graph, costs, devices, options, vid, record, nodes)
+                       for vid, record in enumerate(values.records))
+    base = {d: 0 for d in devices}
+    base[home] += sum(v.size for v in value_objs if v.kind == "persistent")
+    return RematProblem(
+        name=graph.name, graph=graph, devices=devices, home=home, nodes=nodes,
+        values=value_objs, base=base, memory_unit=options.memory_unit,
+        time_unit=options.time_unit, forward_end=forward_end, options=options,
+        reductions=tuple(reductions),
+        units=tuple(tuple(u) for u in recompute_units.members),
+    )
 
-    def size_of(tensors) -> int:
-        return sum(-(-graph.tensors[t].nbytes // unit) for t in tensors)
 
-    node_of: dict[int, int] = {}
-    for index, members in enumerate(groups):
-        for op in members:
-            node_of[op] = index
-    if sorted(node_of) != list(range(len(graph.ops))):
-        raise ValueError("groups must list every op exactly once")
-    n_stages = len(groups)
-    outputs = set(graph.outputs)
-    position = {op: k for k, op in enumerate(order)}
-    forward_end = 0
-    for index, members in enumerate(groups):
-        if any(position[op] < forward_end_pos for op in members):
-            forward_end = index + 1
+@dataclass(frozen=True)
+class _Grouping:
+    """The ops grouped into nodes, and the in-place updates the order allows."""
 
-    def consumer_nodes(t: int) -> tuple[int, ...]:
-        return tuple(sorted({node_of[c] for c in graph.tensors[t].consumers}))
+    graph: Graph
+    groups: tuple[tuple[int, ...], ...]
+    node_of: Mapping[int, int]  # op id -> node id
+    alias: Mapping[int, int]  # updated output -> its state (memory.sharing.aliases_in_order)
 
-    values: list[dict] = []
-    value_of_tensor: dict[int, int] = {}
-    persistent = updates.persistent | {t.id for t in graph.tensors if t.is_initializer}
-    update_stage_of = {state: node_of[graph.tensors[new].producer] for new, state in alias.items()}
+    @classmethod
+    def of(cls, graph: Graph, order: Sequence[int], groups: Sequence[Sequence[int]]
+           ) -> _Grouping:
+        node_of = {op: index for index, members in enumerate(groups) for op in members}
+        if sorted(node_of) != list(range(len(graph.ops))):
+            raise ValueError("groups must list every op exactly once")
+        return cls(graph, tuple(tuple(g) for g in groups), node_of,
+                   aliases_in_order(graph, order))
+
+    def readers(self, tensor: int) -> tuple[int, ...]:
+        """Nodes reading `tensor`, ascending."""
+        return tuple(sorted({self.node_of[c] for c in self.graph.tensors[tensor].consumers}))
+
+    def forward_end(self, order: Sequence[int], forward_end_pos: int) -> int:
+        """The first node after every node holding an op of the forward phase."""
+        position = {op: k for k, op in enumerate(order)}
+        return max((index + 1 for index, members in enumerate(self.groups)
+                    if any(position[op] < forward_end_pos for op in members)), default=0)
+
+
+@dataclass(frozen=True)
+class _ValueRecord:
+    """A value before its readers' recompute stages are known (`_value` makes it a Value)."""
+
+    producer: int | None
+    tensors: tuple[int, ...]
+    consumers: tuple[int, ...]
+    kind: ValueKind
+    home: str | None
+    update_stage: int | None
+    free_of_charge: bool  # an in-place update: written over its state's storage
+
+
+@dataclass
+class _Values:
+    """The values so far, and which value holds each tensor."""
+
+    records: list[_ValueRecord] = field(default_factory=list)
+    of_tensor: dict[int, int] = field(default_factory=dict)
+
+    def add(self, record: _ValueRecord) -> int:
+        for t in record.tensors:
+            self.of_tensor[t] = len(self.records)
+        self.records.append(record)
+        return len(self.records) - 1
+
+
+@dataclass
+class _NodeRecord:
+    """A node while it is built: its values and pinning first, then what it reads and costs."""
+
+    ops: tuple[int, ...]
+    values: tuple[int, ...]
+    workspace: int
+    pinned: str | None
+    recomputable: bool  # whether all its ops may be recomputed (the stages decide the rest)
+    reads: tuple[int, ...] = ()
+    cap: int = 0  # last stage it may be recomputed in (before a state it reads is updated)
+    cost: dict[str, int] = field(default_factory=dict)
+
+
+def _source_values(grouping: _Grouping, home: str) -> _Values:
+    """One value per tensor no op produces (graph inputs, constants, state), all on `home`."""
+    graph = grouping.graph
+    persistent = state_updates(graph).persistent | {t.id for t in graph.tensors
+                                                    if t.is_initializer}
+    update_stage_of = {state: grouping.node_of[graph.tensors[new].producer]
+                       for new, state in grouping.alias.items()}
+    values = _Values()
     for t in graph.tensors:
-        if t.producer is not None:
-            continue
-        kind = "persistent" if (t.id in persistent or t.is_graph_output) else "input"
-        value_of_tensor[t.id] = len(values)
-        values.append(dict(producer=None, tensors=(t.id,), consumers=consumer_nodes(t.id),
-                           kind=kind, home=home, update_stage=update_stage_of.get(t.id),
-                           free_of_charge=False))
+        if t.producer is None:
+            kind: ValueKind = ("persistent" if (t.id in persistent or t.is_graph_output)
+                               else "input")
+            values.add(_ValueRecord(None, (t.id,), grouping.readers(t.id), kind, home,
+                                    update_stage_of.get(t.id), free_of_charge=False))
+    return values
 
-    node_records = []
-    for index, members in enumerate(groups):
-        member_set = set(members)
-        exported: dict[tuple, list[int]] = {}
-        internal: list[int] = []
-        for op in members:
-            for t in graph.ops[op].output_ids:
-                readers = consumer_nodes(t)
-                outside = tuple(c for c in readers if c != index)
-                if t in alias:  # written over its state's storage: no bytes of its own
-                    exported.setdefault(("alias", outside), []).append(t)
-                elif t in outputs:
-                    exported.setdefault(("output", outside), []).append(t)
-                elif outside:
-                    exported.setdefault(("activation", outside), []).append(t)
-                else:
-                    internal.append(t)
-        produced = []
-        for (kind, outside), tensors in sorted(exported.items(), key=lambda kv: kv[1][0]):
-            for t in tensors:
-                value_of_tensor[t] = len(values)
-            produced.append(len(values))
-            values.append(dict(producer=index, tensors=tuple(tensors), consumers=outside,
-                               kind="output" if kind == "alias" else kind,
-                               home=home if kind in ("output", "alias") else None,
-                               update_stage=None, free_of_charge=kind == "alias"))
-        workspace = _internal_peak(graph, members, set(internal), unit)
-        pinned = home if any(t in outputs or t in alias or t in updates.in_place
-                             for op in members for t in graph.ops[op].output_ids) else None
-        node_records.append(dict(
-            ops=tuple(members), values=tuple(produced), workspace=workspace, pinned=pinned,
-            recomputable=pinned is None and all(op in recomputable_ops for op in members),
-            member_set=member_set,
-        ))
 
-    for index, rec in enumerate(node_records):
-        reads = set()
-        for op in rec["ops"]:
-            for t in graph.ops[op].input_ids:
-                producer = graph.tensors[t].producer
-                if producer is not None and node_of[producer] == index:
-                    continue
-                reads.add(value_of_tensor[t])
-        rec["reads"] = tuple(sorted(reads))
-        cap = n_stages - 1
-        for v in rec["reads"]:
-            stage = values[v]["update_stage"]
-            if stage is not None:
-                cap = min(cap, stage)
-        rec["cap"] = cap
-        cost: dict[str, int] = {}
-        for d in devices:
-            per_op = [costs.op_seconds[op].get(d) for op in rec["ops"]]
-            if all(c is not None for c in per_op):
-                cost[d] = sum(round(c / options.time_unit) for c in per_op)
-        if rec["pinned"] is not None and rec["pinned"] not in cost:
-            raise InvalidInputError(
-                f"op {graph.ops[rec['ops'][0]].name} writes a graph output or state, so it runs "
-                f"on the home device {home}, which cannot run it"
-            )
-        if not cost:
-            raise InvalidInputError(
-                f"op {graph.ops[rec['ops'][0]].name} cannot run on any of {', '.join(devices)}"
-            )
-        rec["cost"] = cost
+def _node_values(grouping: _Grouping, index: int, home: str, unit: int, values: _Values,
+                 recomputable_ops: Collection[int]) -> _NodeRecord:
+    """Node `index`'s values (its outputs grouped by kind and outside reader set; the rest is
+    its workspace), added to `values`, and the node as far as they decide it."""
+    graph = grouping.graph
+    members = grouping.groups[index]
+    outputs = set(graph.outputs)
+    exported: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    internal: list[int] = []
+    for op in members:
+        for t in graph.ops[op].output_ids:
+            outside = tuple(c for c in grouping.readers(t) if c != index)
+            if t in grouping.alias:  # written over its state's storage: no bytes of its own
+                exported.setdefault(("alias", outside), []).append(t)
+            elif t in outputs:
+                exported.setdefault(("output", outside), []).append(t)
+            elif outside:
+                exported.setdefault(("activation", outside), []).append(t)
+            else:
+                internal.append(t)
+    produced = []
+    for (kind, outside), tensors in sorted(exported.items(), key=lambda kv: kv[1][0]):
+        value_kind: ValueKind = "activation" if kind == "activation" else "output"
+        produced.append(values.add(_ValueRecord(
+            index, tuple(tensors), outside, value_kind, None if kind == "activation" else home,
+            None, free_of_charge=kind == "alias")))
+    in_place = state_updates(graph).in_place
+    pinned = home if any(t in outputs or t in grouping.alias or t in in_place
+                         for op in members for t in graph.ops[op].output_ids) else None
+    return _NodeRecord(
+        ops=members, values=tuple(produced),
+        workspace=_internal_peak(graph, members, set(internal), unit), pinned=pinned,
+        recomputable=pinned is None and all(op in recomputable_ops for op in members),
+    )
 
-    # Recompute stages, last nodes first (a node's readers come later in the order). The nodes
-    # of a recompute unit share one set of stages: they are recomputed together.
-    unit_of: dict[int, int] = {}
-    unit_members: list[list[int]] = []
-    for members in units or ():
-        node_ids = sorted({node_of[op] for op in members})
-        if len(node_ids) > 1 and all(node_records[k]["recomputable"] for k in node_ids):
-            for k in node_ids:
-                unit_of[k] = len(unit_members)
-            unit_members.append(node_ids)
+
+def _reads_and_costs(grouping: _Grouping, index: int, rec: _NodeRecord, values: _Values,
+                     costs: CostTable, devices: tuple[str, ...], time_unit: float) -> None:
+    """What node `index` reads from other nodes and sources, the last stage it may be
+    recomputed in (not after a state it reads is updated), and its time units per device."""
+    graph = grouping.graph
+    reads = {values.of_tensor[t] for op in rec.ops for t in graph.ops[op].input_ids
+             if graph.tensors[t].producer is None
+             or grouping.node_of[graph.tensors[t].producer] != index}
+    rec.reads = tuple(sorted(reads))
+    updates = [values.records[v].update_stage for v in rec.reads]
+    rec.cap = min([len(grouping.groups) - 1, *(s for s in updates if s is not None)])
+    for d in devices:
+        per_op = [costs.op_seconds[op].get(d) for op in rec.ops]
+        if all(c is not None for c in per_op):
+            rec.cost[d] = sum(round(c / time_unit) for c in per_op)
+    first = graph.ops[rec.ops[0]].name
+    if rec.pinned is not None and rec.pinned not in rec.cost:
+        raise InvalidInputError(
+            f"op {first} writes a graph output or state, so it runs on the home device "
+            f"{rec.pinned}, which cannot run it"
+        )
+    if not rec.cost:
+        raise InvalidInputError(f"op {first} cannot run on any of {', '.join(devices)}")
+
+
+@dataclass(frozen=True)
+class _RecomputeUnits:
+    """The `units` argument as node ids: units of two or more recomputable nodes."""
+
+    unit_of: Mapping[int, int]  # node id -> unit
+    members: tuple[tuple[int, ...], ...]  # unit -> node ids, ascending
+
+    @classmethod
+    def of(cls, units: Sequence[Sequence[int]], grouping: _Grouping,
+           records: Sequence[_NodeRecord]) -> _RecomputeUnits:
+        unit_of: dict[int, int] = {}
+        members: list[tuple[int, ...]] = []
+        for ops in units:
+            node_ids = tuple(sorted({grouping.node_of[op] for op in ops}))
+            if len(node_ids) > 1 and all(records[k].recomputable for k in node_ids):
+                for k in node_ids:
+                    unit_of[k] = len(members)
+                members.append(node_ids)
+        return cls(unit_of, tuple(members))
+
+    def block(self, node: int) -> tuple[int, ...]:
+        """The nodes recomputed together with `node` (itself alone outside a unit)."""
+        return self.members[self.unit_of[node]] if node in self.unit_of else (node,)
+
+
+def _recompute_stages(records: Sequence[_NodeRecord], values: _Values,
+                      units: _RecomputeUnits, options: RematOptions, forward_end: int
+                      ) -> list[tuple[int, ...]]:
+    """Each node's recompute stages, last nodes first (a node's readers come later in the
+    order). The nodes of a recompute unit share one set of stages: they are recomputed
+    together. With a bounded just-in-time chain, level k allows stages where a reader may be
+    recomputed at level k - 1."""
+    n_stages = len(records)
     lo_floor = forward_end if options.window == "after_forward" else 0
     depth_limit = options.jit_depth if options.just_in_time else None
     levels = 1 if depth_limit is None else depth_limit + 1
-    recompute_stages: list[tuple[int, ...]] = [()] * n_stages
+    stages: list[tuple[int, ...]] = [()] * n_stages
     for _ in range(levels):
-        previous = recompute_stages
-        recompute_stages = [()] * n_stages
+        previous = stages
+        stages = [()] * n_stages
         done: set[int] = set()
         for index in range(n_stages - 1, -1, -1):
-            if index in done or not node_records[index]["recomputable"]:
+            if index in done or not records[index].recomputable:
                 continue
-            block = unit_members[unit_of[index]] if index in unit_of else [index]
+            block = units.block(index)
             done.update(block)
-            inside = set(block)
             lo = max(max(block) + 1, lo_floor)
-            hi = min(node_records[k]["cap"] for k in block)
+            hi = min(records[k].cap for k in block)
             if lo > hi:
                 continue
-            readers = {c for k in block for v in node_records[k]["values"]
-                       for c in values[v]["consumers"]} - inside
+            readers = {c for k in block for v in records[k].values
+                       for c in values.records[v].consumers} - set(block)
             # Unbounded: readers' stages of this pass (later nodes are done); bounded: the
             # previous level's.
-            source = recompute_stages if depth_limit is None else previous
+            source = stages if depth_limit is None else previous
             if options.just_in_time:
-                stages = set()
+                allowed = set()
                 for c in readers:
                     if lo <= c <= hi:
-                        stages.add(c)
-                    stages.update(x for x in source[c] if lo <= x <= hi)
+                        allowed.add(c)
+                    allowed.update(x for x in source[c] if lo <= x <= hi)
             else:
                 need_end = max((max((c, *source[c])) for c in readers), default=index)
-                stages = set(range(lo, min(hi, need_end) + 1))
+                allowed = set(range(lo, min(hi, need_end) + 1))
             for k in block:
-                recompute_stages[k] = tuple(sorted(stages))
+                stages[k] = tuple(sorted(allowed))
+    return stages
 
-    nodes = tuple(
-        Node(id=index, ops=rec["ops"], values=rec["values"], reads=rec["reads"],
-             cost=rec["cost"], workspace=rec["workspace"], recomputable=rec["recomputable"]
-             and bool(recompute_stages[index]), pinned=rec["pinned"],
-             recompute_stages=recompute_stages[index], unit=unit_of.get(index))
-        for index, rec in enumerate(node_records)
-    )
-    value_objs = []
-    for vid, v in enumerate(values):
-        last = max((max((c, *nodes[c].recompute_stages)) for c in v["consumers"]),
-                   default=-1)
-        if v["update_stage"] is not None:
-            last = min(last, v["update_stage"])
-        tensors = v["tensors"]
-        copy_cost = {}
-        for src in devices:
-            for dst in devices:
-                if src != dst:
-                    seconds = sum(costs.copy_seconds(src, dst, graph.tensors[t].nbytes)
-                                  for t in tensors)
-                    copy_cost[(src, dst)] = max(0, round(seconds / options.time_unit))
-        value_objs.append(Value(
-            id=vid, producer=v["producer"], tensors=tensors,
-            size=0 if v["free_of_charge"] else size_of(tensors),
-            consumers=v["consumers"], kind=v["kind"], home=v["home"], last_read=last,
-            update_stage=v["update_stage"], copy_cost=copy_cost,
-        ))
-    base = {d: 0 for d in devices}
-    for v in value_objs:
-        if v.kind == "persistent":
-            base[home] += v.size
-    return RematProblem(
-        name=graph.name, graph=graph, devices=devices, home=home, nodes=nodes,
-        values=tuple(value_objs), base=base, memory_unit=unit, time_unit=options.time_unit,
-        forward_end=forward_end, options=options, reductions=tuple(reductions),
-        units=tuple(tuple(u) for u in unit_members),
+
+def _value(graph: Graph, costs: CostTable, devices: tuple[str, ...], options: RematOptions,
+           vid: int, record: _ValueRecord, nodes: Sequence[Node]) -> Value:
+    """The value of `record`: its size, its last possible read (a reader's last recompute stage,
+    not after its state is updated) and its copy cost between every two devices."""
+    last = max((max((c, *nodes[c].recompute_stages)) for c in record.consumers), default=-1)
+    if record.update_stage is not None:
+        last = min(last, record.update_stage)
+    copy_cost = {}
+    for src in devices:
+        for dst in devices:
+            if src != dst:
+                seconds = sum(costs.copy_seconds(src, dst, graph.tensors[t].nbytes)
+                              for t in record.tensors)
+                copy_cost[(src, dst)] = max(0, round(seconds / options.time_unit))
+    size = 0 if record.free_of_charge else sum(
+        -(-graph.tensors[t].nbytes // options.memory_unit) for t in record.tensors)
+    return Value(
+        id=vid, producer=record.producer, tensors=record.tensors, size=size,
+        consumers=record.consumers, kind=record.kind, home=record.home, last_read=last,
+        update_stage=record.update_stage, copy_cost=copy_cost,
     )
 
 
 def _internal_peak(graph: Graph, members: Sequence[int], internal: set[int], unit: int) -> int:
     """Peak units of a group's internal tensors while its ops run in order (eager frees)."""
-    if not internal:
-        return 0
-    last_use: dict[int, int] = {}
-    for k, op in enumerate(members):
-        for t in graph.ops[op].input_ids:
-            if t in internal:
-                last_use[t] = k
-    peak = live = 0
-    born: dict[int, list[int]] = {}
+    position = {op: k for k, op in enumerate(members)}
+    ranges = []
     for t in internal:
-        producer = members.index(graph.tensors[t].producer)
-        born.setdefault(producer, []).append(t)
-    dying: dict[int, list[int]] = {}
-    for t in internal:
-        end = max(last_use.get(t, 0), members.index(graph.tensors[t].producer))
-        dying.setdefault(end, []).append(t)
-    for k in range(len(members)):
-        live += sum(-(-graph.tensors[t].nbytes // unit) for t in born.get(k, []))
-        peak = max(peak, live)
-        live -= sum(-(-graph.tensors[t].nbytes // unit) for t in dying.get(k, []))
-    return peak
-
+        born = position[graph.tensors[t].producer]
+        reads = [position[c] for c in graph.tensors[t].consumers if c in position]
+        ranges.append((born, max([born, *reads]), -(-graph.tensors[t].nbytes // unit)))
+    return max(live_curve(ranges, len(members)), default=0)

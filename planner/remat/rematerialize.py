@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from planner.ir.graph import Graph
 from planner.memory.liveness import order_lower_bound
@@ -25,49 +25,67 @@ from planner.remat.heuristics import Candidate, heuristic_candidates, replay
 from planner.remat.lp_rounding import lp_rounding
 from planner.remat.problem import Reduction, RematProblem
 from planner.remat.solve import minimize_peak, solve_problem
+from planner.time_budget import REMAT_SHARES
+from schemas.plan import SolverStatus
 
-# Where each phase of plan_remat must stop, as shares of its time limit: the heuristics win on
-# the largest graphs, LP rounding on some mid-sized ones, CP-SAT (model build included) on the
-# rest and supplies the bound.
-SOLVER_SHARES = {"heuristics": 0.6, "lp_rounding": 0.75}
 # Runners-up kept beside the best schedule, for when its layout fragments past a budget.
 ALTERNATIVES = 8
 
 
 @dataclass(frozen=True)
-class RematResult:
-    schedule: Schedule | None
-    status: str  # OPTIMAL | FEASIBLE | INFEASIBLE | UNKNOWN (see plan_remat)
-    objective_seconds: float | None  # predicted time of `schedule` (compute + copies)
-    bound_seconds: float | None  # a lower bound valid for every schedule of this order
-    gap: float | None  # (objective - bound) / objective
-    seconds: float
-    method: str  # "cpsat" or the heuristic whose schedule was kept
+class ModelOutcome:
+    """The model plan_remat chose (planner.remat.configure) and what CP-SAT said about it."""
+
     tier: str  # which model (planner.remat.configure)
     memory_model: str
     reductions: tuple[Reduction, ...]
-    exact_model: bool  # no reduction can cut off a better schedule of this order
-    stats: ScheduleStats | None  # the replayed schedule: peaks (aligned bytes), time
+    exact: bool  # no reduction can cut off a better schedule of this order
+    status: SolverStatus | None = None  # CP-SAT on that model; None: not run
+    bound_seconds: float | None = None  # valid for that (possibly reduced) model only
+
+
+@dataclass(frozen=True)
+class RematResult:
+    best: Candidate | None  # the fastest replayed schedule within the budgets
+    status: SolverStatus  # see plan_remat
+    bound_seconds: float | None  # a lower bound valid for every schedule of this order
+    gap: float | None  # (objective - bound) / objective
+    seconds: float
+    model: ModelOutcome
     keep_all_seconds: float | None  # every op once on the home device
-    model_status: str | None = None  # CP-SAT on the (possibly reduced) model
-    model_objective_seconds: float | None = None
-    model_bound_seconds: float | None = None  # valid for the reduced model only
+    home: str  # where sources, state and outputs live (planner.remat.configure.home_device)
     smallest_peak_bytes: int | None = None  # smallest replayed home peak the heuristics saw
-    problem: RematProblem | None = None
-    decision: Decision | None = None
     notes: tuple[str, ...] = ()
-    model_stats: dict[str, object] = field(default_factory=dict)
     # Other schedules within the budgets, fastest first: with lower peaks, they may lay out
     # within a budget the best one's arena overshoots (planner.pipeline tries them first).
     alternatives: tuple[Candidate, ...] = ()
 
+    @property
+    def schedule(self) -> Schedule | None:
+        return self.best.schedule if self.best else None
+
+    @property
+    def stats(self) -> ScheduleStats | None:
+        """The replayed schedule: peaks (aligned bytes), time."""
+        return self.best.stats if self.best else None
+
+    @property
+    def objective_seconds(self) -> float | None:
+        """Predicted time of `schedule` (compute + copies)."""
+        return self.best.seconds if self.best else None
+
+    @property
+    def method(self) -> str:
+        """"cpsat" or the heuristic whose schedule was kept."""
+        return self.best.name if self.best else "none"
+
 
 def plan_remat(
-    graph: Graph, order: Sequence[int], budgets: Mapping[str, int], costs: CostTable, *,
+    graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int], costs: CostTable, *,
     time_limit: float = 30.0, workers: int = 1, seed: int = 0, memory_unit: int = 64,
-    force_tier: str | None = None, use_solver: bool = True,
+    use_solver: bool = True,
 ) -> RematResult:
-    """Best schedule within `budgets` (bytes per device) found in `time_limit` seconds.
+    """Best schedule within `budget_bytes` (per device) found in `time_limit` seconds.
 
     Heuristic schedules on the op-level problem, replayed against the true budgets, Checkmate's
     LP rounding on the chosen model, and the CP-SAT solution of that model (hinted with the best
@@ -75,64 +93,62 @@ def plan_remat(
     Status: OPTIMAL when it meets a lower bound valid for every schedule of the order (the
     model's own bound when the model is exact); INFEASIBLE when the exact model (or the
     op-footprint bound) rules the budgets out; FEASIBLE or UNKNOWN otherwise. The reduced
-    model's status and bound are reported beside (`model_*`).
+    model's status and bound are reported beside (`model`).
     """
     started = time.perf_counter()
-    if len(budgets) == 1 and next(iter(budgets.values())) < order_lower_bound(graph):
-        return _below_lower_bound(graph, budgets, costs, started)
-    configured = configure(graph, order, costs, budgets, memory_unit=memory_unit,
-                           force_tier=force_tier)
-    problem, tier, memory = configured.problem, configured.tier, configured.memory
+    if len(budget_bytes) == 1 and next(iter(budget_bytes.values())) < order_lower_bound(graph):
+        return _below_lower_bound(graph, budget_bytes, costs, started)
+    configured = configure(graph, order, costs, budget_bytes, memory_unit=memory_unit)
+    problem = configured.problem
     exact = all(r.exact for r in problem.reductions)
     notes: list[str] = []
-    # The time limit is shared out: heuristics, then LP rounding, then CP-SAT, each up to a
-    # deadline (the heuristics' runs are a fixed list, so a run cut short is the only source of
-    # irreproducibility: a slower machine tries fewer of them).
-    shares = SOLVER_SHARES if use_solver else {"heuristics": 0.9}
-    deadline = started + shares["heuristics"] * time_limit
-    candidates, smallest = heuristic_candidates(configured.fine, budgets, costs,
+    # The time limit is shared out (planner.time_budget.REMAT_SHARES): heuristics, then LP
+    # rounding, then CP-SAT, each up to a deadline (the heuristics' runs are a fixed list, so a
+    # run cut short is the only source of irreproducibility: a slower machine tries fewer).
+    heuristics_share = (REMAT_SHARES.heuristics if use_solver
+                        else REMAT_SHARES.heuristics_alone)
+    deadline = started + heuristics_share * time_limit
+    candidates, smallest = heuristic_candidates(configured.fine, budget_bytes, costs,
                                                 deadline=deadline)
     if configured.fine is not problem:
-        more, small2 = heuristic_candidates(problem, budgets, costs, scan=(1.0,),
+        more, small2 = heuristic_candidates(problem, budget_bytes, costs, scan=(1.0,),
                                             actual=False, deadline=deadline)
         candidates = sorted(candidates + more, key=lambda c: c.seconds)
         if small2 is not None:
             smallest = small2 if smallest is None else min(smallest, small2)
-    if use_solver and len(budgets) == 1:
+    if use_solver and len(budget_bytes) == 1:
         # Checkmate's LP rounding on the model's problem: another candidate, and a hint.
-        lp_left = started + shares["lp_rounding"] * time_limit - time.perf_counter()
-        lp = lp_rounding(problem, budgets, costs, seed=seed, time_limit=max(0.5, lp_left))
-        if lp.candidate is not None and lp.candidate.stats.fits(dict(budgets)):
+        lp_left = started + REMAT_SHARES.lp_rounding * time_limit - time.perf_counter()
+        lp = lp_rounding(problem, budget_bytes, costs, seed=seed, time_limit=max(0.5, lp_left))
+        if lp.candidate is not None and lp.candidate.stats.fits(dict(budget_bytes)):
             candidates = sorted([*candidates, lp.candidate], key=lambda c: c.seconds)
-    units = {d: b // problem.memory_unit for d, b in budgets.items()}
-    hint = None
-    for candidate in candidates:
-        if candidate.problem is problem and evaluate(problem, candidate.decision).fits(units):
-            hint = candidate.decision
-            break
+    budget_units = {d: b // problem.memory_unit for d, b in budget_bytes.items()}
     solution = None
     if use_solver:
         remaining = max(0.5, time_limit - (time.perf_counter() - started))
-        solution = solve_problem(problem, units, time_limit=remaining, workers=workers,
-                                 seed=seed, memory=memory, hint=hint, use_heuristics=False)
+        solution = solve_problem(problem, budget_units, time_limit=remaining, workers=workers,
+                                 seed=seed, memory=configured.memory,
+                                 hint=_hint(problem, candidates, budget_units),
+                                 use_heuristics=False)
         if solution.decision is not None:
             cp = replay(problem, solution.decision, costs, solution.method)
-            if cp.stats.fits(dict(budgets)):
+            if cp.stats.fits(dict(budget_bytes)):
                 candidates = sorted([*candidates, cp], key=lambda c: c.seconds)
             else:
                 notes.append("the model's schedule replays over budget (a bug): not used")
         notes.extend(solution.notes)
-    keep_all = costs.sequential_seconds(problem.home)
-    lower = costs.fastest_seconds()
     model_bound = (solution.bound * problem.time_unit
                    if solution is not None and solution.bound is not None else None)
+    model = ModelOutcome(configured.tier, configured.memory, problem.reductions, exact,
+                         solution.status if solution else None, model_bound)
+    best = candidates[0] if candidates else None
+    lower = costs.fastest_seconds()
     if exact and model_bound is not None:
         lower = max(lower, model_bound)
-    best = candidates[0] if candidates else None
     if best is None:
         proven = solution is not None and solution.status == "INFEASIBLE" and exact
-        status = "INFEASIBLE" if proven else "UNKNOWN"
-        objective = gap = None
+        status: SolverStatus = "INFEASIBLE" if proven else "UNKNOWN"
+        gap = None
     else:
         objective = best.seconds
         if lower - objective <= 1e-9 * lower:
@@ -141,19 +157,23 @@ def plan_remat(
         gap = max(0.0, (objective - lower) / objective) if objective else 0.0
         status = "OPTIMAL" if gap <= 1e-9 else "FEASIBLE"
     return RematResult(
-        schedule=best.schedule if best else None, status=status,
-        objective_seconds=objective, bound_seconds=lower, gap=gap,
-        seconds=time.perf_counter() - started, method=best.name if best else "none",
-        tier=tier, memory_model=memory, reductions=problem.reductions, exact_model=exact,
-        stats=best.stats if best else None, keep_all_seconds=keep_all,
-        model_status=solution.status if solution else None,
-        model_objective_seconds=(solution.evaluation.cost * problem.time_unit
-                                 if solution is not None and solution.evaluation else None),
-        model_bound_seconds=model_bound, smallest_peak_bytes=smallest,
-        problem=best.problem if best else problem, decision=best.decision if best else None,
-        notes=tuple(notes), model_stats=solution.stats if solution else {},
+        best=best, status=status, bound_seconds=lower, gap=gap,
+        seconds=time.perf_counter() - started, model=model,
+        keep_all_seconds=costs.sequential_seconds(problem.home), home=problem.home,
+        smallest_peak_bytes=smallest, notes=tuple(notes),
         alternatives=_lower_peaks(best, candidates[1:]),
     )
+
+
+def _hint(problem: RematProblem, candidates: Sequence[Candidate],
+          budget_units: Mapping[str, int]) -> Decision | None:
+    """The fastest candidate's decision the model can take as a hint: one made on the model's
+    own problem that fits the model's budgets."""
+    for candidate in candidates:
+        if candidate.problem is problem and evaluate(problem, candidate.decision).fits(
+                budget_units):
+            return candidate.decision
+    return None
 
 
 def _lower_peaks(best: Candidate | None, others: Sequence[Candidate]) -> tuple[Candidate, ...]:
@@ -165,15 +185,15 @@ def _lower_peaks(best: Candidate | None, others: Sequence[Candidate]) -> tuple[C
     return tuple(lower[:ALTERNATIVES])
 
 
-def _below_lower_bound(graph, budgets, costs, started) -> RematResult:
+def _below_lower_bound(graph, budget_bytes, costs, started) -> RematResult:
     """A single budget under the op-footprint bound: proven infeasible without solving."""
-    device, budget = next(iter(budgets.items()))
+    device, budget = next(iter(budget_bytes.items()))
     lower = order_lower_bound(graph)
     return RematResult(
-        schedule=None, status="INFEASIBLE", objective_seconds=None,
-        bound_seconds=costs.fastest_seconds(), gap=None, seconds=time.perf_counter() - started,
-        method="lower bound", tier="none", memory_model="none", reductions=(),
-        exact_model=True, stats=None, keep_all_seconds=costs.sequential_seconds(device),
+        best=None, status="INFEASIBLE", bound_seconds=costs.fastest_seconds(), gap=None,
+        seconds=time.perf_counter() - started,
+        model=ModelOutcome(tier="none", memory_model="none", reductions=(), exact=True),
+        keep_all_seconds=costs.sequential_seconds(device), home=device,
         notes=(f"{device}: {budget} B is below {lower} B, which some step needs whatever the "
                "order or recomputation",),
     )

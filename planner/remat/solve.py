@@ -5,8 +5,9 @@ the single-device heuristics (planner.remat.policies: keep-everything, budget-gr
 segmentations) on every device that can run every node, hints CP-SAT with the cheapest decision
 that fits, and returns the best decision found with an honest status:
 
-- OPTIMAL: CP-SAT proved the decision optimal *for this problem's model* (see `exact_model` for
-  whether the model has been reduced in ways that can cut off better schedules);
+- OPTIMAL: CP-SAT proved the decision optimal *for this problem's model* (whether the model has
+  been reduced in ways that can cut off better schedules: planner.remat.rematerialize's
+  `ModelOutcome.exact`);
 - FEASIBLE: a decision within the budgets, with CP-SAT's bound when it has one;
 - INFEASIBLE: the model has no decision within the budgets (presolve found a stage whose fixed
   bytes exceed a budget, or CP-SAT proved it);
@@ -26,13 +27,15 @@ from planner.remat.linear import solve_cpsat
 from planner.remat.model import MemoryModel, RematModel
 from planner.remat.policies import execute, sqrt_checkpoints, threshold_checkpoints
 from planner.remat.problem import RematProblem
+from planner.time_budget import REMAT_SHARES
+from schemas.plan import SolverStatus
 
 
 @dataclass(frozen=True)
 class ProblemSolution:
     decision: Decision | None
     evaluation: Evaluation | None
-    status: str
+    status: SolverStatus
     bound: float | None  # time units (lower bound on the model's optimum)
     method: str  # what produced the decision: "cpsat", "greedy", "keep", "checkpoints"...
     seconds: float
@@ -40,15 +43,15 @@ class ProblemSolution:
     notes: tuple[str, ...] = ()
 
 
-def heuristic_decisions(problem: RematProblem, budgets: dict[str, int]
+def heuristic_decisions(problem: RematProblem, budget_units: dict[str, int]
                         ) -> list[tuple[str, Decision, Evaluation]]:
-    """Every heuristic decision that fits `budgets` (units), cheapest first."""
+    """Every heuristic decision that fits `budget_units`, cheapest first."""
     found: list[tuple[str, Decision, Evaluation]] = []
     candidates = []
     for device in (problem.home,):  # the executor keeps sources where they live
         if any(device not in n.cost for n in problem.nodes):
             continue
-        budget = budgets[device]
+        budget = budget_units[device]
         candidates.append((f"keep@{device}", execute(problem, device, "keep")))
         candidates.append((f"greedy@{device}", execute(problem, device, "greedy",
                                                          budget=budget)))
@@ -64,31 +67,31 @@ def heuristic_decisions(problem: RematProblem, budgets: dict[str, int]
         if result.decision is None:
             continue
         evaluation = evaluate(problem, result.decision)
-        if evaluation.fits(budgets):
+        if evaluation.fits(budget_units):
             found.append((name, result.decision, evaluation))
     found.sort(key=lambda item: item[2].cost)
     return found
 
 
 def solve_problem(
-    problem: RematProblem, budgets: dict[str, int], *, time_limit: float, workers: int = 1,
+    problem: RematProblem, budget_units: dict[str, int], *, time_limit: float, workers: int = 1,
     seed: int = 0, memory: MemoryModel = "stage", use_solver: bool = True,
     hint: Decision | None = None, use_heuristics: bool = True,
 ) -> ProblemSolution:
-    """Best decision within `budgets` (units per device); see the module doc for the status."""
+    """Best decision within `budget_units` (per device); see the module doc for the status."""
     started = time.perf_counter()
     notes: list[str] = []
-    model = build_model(RematModel(problem, memory, "time", budgets))
+    model = build_model(RematModel(problem, memory, "time", budget_units))
     stats: dict[str, object] = dict(model.stats)
     stats["build_seconds"] = round(time.perf_counter() - started, 3)
     if model.infeasible:
         return ProblemSolution(None, None, "INFEASIBLE", None, "presolve",
                                time.perf_counter() - started, stats, (model.infeasible[0],))
-    heuristics = heuristic_decisions(problem, budgets) if use_heuristics else []
+    heuristics = heuristic_decisions(problem, budget_units) if use_heuristics else []
     if hint is not None:
         try:
             evaluation = evaluate(problem, hint)
-            if evaluation.fits(budgets):
+            if evaluation.fits(budget_units):
                 heuristics.insert(0, ("previous", hint, evaluation))
                 heuristics.sort(key=lambda item: item[2].cost)
         except ValueError:
@@ -102,8 +105,8 @@ def solve_problem(
     if best is None:
         # No heuristic fits: push the peak down from keep-everything until it fits (CP-SAT
         # stops as soon as it does: the peak variable cannot go below the budget).
-        share = max(0.1, (time_limit - (time.perf_counter() - started)) * 0.5)
-        repaired = _repair(problem, budgets, memory, share, workers, seed)
+        share = max(0.1, (time_limit - (time.perf_counter() - started)) * REMAT_SHARES.repair)
+        repaired = _repair(problem, budget_units, memory, share, workers, seed)
         stats["repair"] = repaired[1]
         if repaired[0] is not None:
             best_name, best = "repair", repaired[0]
@@ -137,23 +140,23 @@ def solve_problem(
                            time.perf_counter() - started, stats, tuple(notes))
 
 
-def _repair(problem: RematProblem, budgets: dict[str, int], memory: MemoryModel,
+def _repair(problem: RematProblem, budget_units: dict[str, int], memory: MemoryModel,
             time_limit: float, workers: int, seed: int) -> tuple[Decision | None, str]:
-    """A decision within `budgets` found by minimizing the peaks down to the budgets."""
+    """A decision within `budget_units` found by minimizing the peaks down to them."""
     device = problem.home
     keep = execute(problem, device, "keep")
     if keep.decision is None or len(problem.devices) > 1:
         return None, "no keep-everything start"
-    upper = max(keep.peak, max(budgets.values()))
-    model = build_model(RematModel(problem, memory, "peak", {d: upper for d in budgets},
-                                   peak_floor=dict(budgets)))
+    upper = max(keep.peak, max(budget_units.values()))
+    model = build_model(RematModel(problem, memory, "peak", {d: upper for d in budget_units},
+                                   peak_floor=dict(budget_units)))
     result = solve_cpsat(model.lm, time_limit=time_limit, workers=workers, seed=seed,
                          hint=hint_for(model, keep.decision))
     if result.values is None:
         return None, result.status
     decision = from_solution(model, result.values)
     evaluation = evaluate(problem, decision)
-    if not evaluation.fits(budgets):
+    if not evaluation.fits(budget_units):
         return None, f"peak {evaluation.peaks} after {result.seconds:.1f} s"
     return decision, f"fits after {result.seconds:.1f} s"
 

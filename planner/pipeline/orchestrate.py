@@ -1,0 +1,99 @@
+"""`plan_model` / `plan_graph`: the phases of planner.pipeline, in order, on one time budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from onnx import ModelProto
+
+from planner.errors import InvalidInputError
+from planner.ir.graph import Graph, load_graph
+from planner.memory.schedule import sequential_schedule
+from planner.order import optimize_order
+from planner.pipeline.fit import RematFit
+from planner.pipeline.infeasible import check_above_lower_bound
+from planner.plan.builder import build_plan
+from planner.plan.validate import validate_plan
+from planner.profile.costs import costs_from_profile
+from planner.profile.for_request import profile_for
+from planner.time_budget import TimeBudget
+from planner.version import PLANNER_VERSION
+from schemas.plan import Plan, PlanRequest, compute_plan_id
+from schemas.profile import Profile
+
+ProgressCallback = Callable[[str, dict], None]
+
+# With one device, ordering and the keep-everything layout get the larger shares of the time
+# (planner.time_budget) when the quick order's peak is within this factor of the budget.
+MAY_FIT = 0.9
+
+
+class PlanValidationError(RuntimeError):
+    """The planner produced a plan its own validator rejects: a bug, reported as such."""
+
+
+def plan_model(
+    model: str | Path | bytes | ModelProto,
+    request: PlanRequest,
+    *,
+    progress: ProgressCallback | None = None,
+) -> Plan:
+    notify = progress or (lambda phase, info: None)
+    notify("load", {})
+    graph = load_graph(model, dims=request.dims)
+    return plan_graph(graph, request, progress=progress)
+
+
+def plan_graph(graph: Graph, request: PlanRequest, *,
+               progress: ProgressCallback | None = None) -> Plan:
+    clock = TimeBudget(request.time_limit_s)
+    notify = progress or (lambda phase, info: None)
+    _check_profile(graph, request)
+    check_above_lower_bound(graph, request)
+    devices = list(request.budgets)
+    single = len(devices) == 1
+
+    notify("order", {"ops": len(graph.ops)})
+    quick = optimize_order(graph, use_solver=False)
+    maybe_fits = single and request.budgets[devices[0]] >= MAY_FIT * quick.peak_bytes
+    order = optimize_order(graph, time_limit=clock.order(maybe_fits), workers=request.workers,
+                           seed=request.seed)
+    plan_id = compute_plan_id(graph.model_sha256, request, PLANNER_VERSION)
+    keep_all_arena = None
+    if single:
+        device = devices[0]
+        notify("layout", {"peak_live_bytes": order.peak_bytes})
+        built = build_plan(
+            graph, sequential_schedule(graph, order.order, device), request, plan_id=plan_id,
+            planner_version=PLANNER_VERSION, solvers=(order.report(),),
+            layout_time_limit=clock.keep_layout(maybe_fits),
+        )
+        keep_all_arena = built.plan.devices[0].arena_bytes
+        if keep_all_arena <= request.budgets[device]:
+            return _validated(graph, built.plan, request.profile, notify, clock)
+    profile = profile_for(graph, request, notify)
+    fit = RematFit(graph, request, order, costs_from_profile(profile, graph, devices), plan_id,
+                   clock, keep_all_arena)
+    return _validated(graph, fit.plan(notify).plan, profile, notify, clock)
+
+
+def _validated(graph: Graph, plan: Plan, profile: Profile | None, notify: ProgressCallback,
+               clock: TimeBudget) -> Plan:
+    notify("validate", {})
+    report = validate_plan(graph, plan, profile)
+    if not report.ok:
+        raise PlanValidationError("; ".join(report.errors[:5]))
+    if report.predicted_seconds is not None:
+        plan = plan.model_copy(update={"predicted_seconds": report.predicted_seconds})
+    notify("done", {"seconds": clock.elapsed()})
+    return plan
+
+
+def _check_profile(graph: Graph, request: PlanRequest) -> None:
+    profile = request.profile
+    if profile is not None and profile.model_sha256 != graph.model_sha256:
+        raise InvalidInputError(
+            "the profile was measured on another model (sha256 differs); profile this model "
+            "with `arenaplan profile`"
+        )

@@ -1,0 +1,110 @@
+"""How a request's time limit is shared between the planner's phases: every share in one place.
+
+`TimeBudget` is the pipeline's clock (planner.pipeline): ordering, the keep-everything layout,
+rematerialization, the layout of each remat schedule and the retries all take their seconds from
+it. `REMAT_SHARES` splits one `plan_remat` call's own limit between its solvers
+(planner.remat.rematerialize, planner.remat.solve), and `MIN_BUDGET_SHARES` splits a
+min-budget query's limit (planner.queries). This module imports nothing of the planner, so that
+every layer may read its shares here without importing the layers above it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+# The seconds any phase gets however little time is left: a phase cut to nothing returns
+# nothing, which is worse than overrunning the limit a little.
+PHASE_FLOOR_S = 1.0
+# Layout time limits: the keep-everything arena when remat is certainly needed anyway, a remat
+# schedule's arenas, a runner-up schedule's arenas and the infeasibility probe's arena.
+QUICK_LAYOUT_S = 5.0
+REMAT_LAYOUT_S = 10.0
+PROBE_S = 5.0
+
+
+@dataclass(frozen=True)
+class PipelineShares:
+    """Shares of the request's time limit. When keeping everything may fit, ordering gets
+    `order_may_fit` and the keep-everything layout `keep_layout`, so that rematerialization
+    keeps half the time when fragmentation pushes that arena just over the budget. When
+    rematerialization is certainly needed ordering gets `order_remat`. The first remat solve
+    gets `remat_first` of what is left, each retry `remat_retry` of what is left then."""
+
+    order_may_fit: float = 0.3
+    keep_layout: float = 0.2
+    order_remat: float = 0.1
+    remat_first: float = 0.8
+    remat_retry: float = 0.5
+
+
+@dataclass(frozen=True)
+class RematShares:
+    """Where each phase of one `plan_remat` call must stop, as shares of its time limit: the
+    heuristics win on the largest graphs, LP rounding on some mid-sized ones, CP-SAT (model
+    build included) on the rest and supplies the bound. `heuristics_alone`: the heuristics'
+    share when no solver runs. `repair`: the share of what is left that CP-SAT may spend pushing
+    the peak down to the budget when no heuristic fits (planner.remat.solve)."""
+
+    heuristics: float = 0.6
+    lp_rounding: float = 0.75
+    heuristics_alone: float = 0.9
+    repair: float = 0.5
+
+
+@dataclass(frozen=True)
+class MinBudgetShares:
+    """Shares of a min-budget query's time limit (planner.queries.min_budget): a tenth for
+    keeping everything, a twentieth for the order, up to a fifth for CP-SAT's min-peak model, the
+    bisection until 60% of it (each probe up to 8%), the rest for confirming plans, each at
+    least a fifth of the limit."""
+
+    keep_all: float = 0.1
+    order: float = 0.05
+    min_peak: float = 0.2
+    probe: float = 0.08
+    bisection_until: float = 0.6
+    confirm_at_least: float = 0.2
+    keep_all_floor_s: float = 2.0
+    probe_floor_s: float = 2.0
+
+
+PIPELINE_SHARES = PipelineShares()
+REMAT_SHARES = RematShares()
+MIN_BUDGET_SHARES = MinBudgetShares()
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """One request's time limit and when it started: each phase asks it for its seconds."""
+
+    limit_s: float
+    started: float = field(default_factory=time.perf_counter)
+    shares: PipelineShares = PIPELINE_SHARES
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        """Seconds left, at least PHASE_FLOOR_S."""
+        return max(PHASE_FLOOR_S, self.limit_s - self.elapsed())
+
+    def order(self, maybe_fits: bool) -> float:
+        share = self.shares.order_may_fit if maybe_fits else self.shares.order_remat
+        return self.limit_s * share
+
+    def keep_layout(self, maybe_fits: bool) -> float:
+        cap = (max(QUICK_LAYOUT_S, self.shares.keep_layout * self.limit_s) if maybe_fits
+               else QUICK_LAYOUT_S)
+        return min(self.left(), cap)
+
+    def remat(self, attempt: int) -> float:
+        """The remat solve of `attempt` (0: the first; then the retries after an overshoot)."""
+        share = self.shares.remat_first if attempt == 0 else self.shares.remat_retry
+        return max(PHASE_FLOOR_S, (self.limit_s - self.elapsed()) * share)
+
+    def remat_layout(self) -> float:
+        return min(self.left(), REMAT_LAYOUT_S)
+
+    def runner_up_layout(self) -> float:
+        return min(self.left(), QUICK_LAYOUT_S)
