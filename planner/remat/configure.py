@@ -92,7 +92,6 @@ class Configured:
     problem: RematProblem
     memory: MemoryModel
     tier: str
-    order: tuple[int, ...]
     fine: RematProblem  # op-level problem for the heuristics (replayed, not modelled)
 
 
@@ -155,7 +154,7 @@ def configure(
             graph, order, costs, devices=devices, home=home, recomputable=recomputable,
             options=RematOptions(memory_unit=memory_unit, window="after_forward",
                                  tiny_units=tiny))
-    return Configured(problem, memory, tier.label(segments), tuple(order), fine)
+    return Configured(problem, memory, tier.label(segments), fine)
 
 
 def _options(tier: Tier, memory_unit: int, tiny: int) -> RematOptions:

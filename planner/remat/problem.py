@@ -133,12 +133,6 @@ class RematProblem:
     def stages(self) -> int:
         return len(self.nodes)
 
-    def to_units(self, nbytes: int) -> int:
-        return -(-nbytes // self.memory_unit)
-
-    def node_of_op(self) -> dict[int, int]:
-        return {op: n.id for n in self.nodes for op in n.ops}
-
     def may_run(self, node: int, device: str, stage: int) -> bool:
         """Whether node may be (re)computed on device in stage (an R variable exists)."""
         n = self.nodes[node]
