@@ -16,7 +16,7 @@ from planner.version import PLANNER_VERSION
 from service.blobs import ModelBlobs
 from service.errors import install_error_handlers
 from service.jobs import JobEvents, JobRunner
-from service.metrics import Gauge, RequestMetricsMiddleware, ServiceMetrics
+from service.metrics import RequestMetricsMiddleware, ScrapedGauge, ServiceMetrics
 from service.plan_service import PlanService
 from service.routes import ops, plans
 from service.settings import Settings, load_settings
@@ -43,28 +43,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store(settings.database_url)
+        store = Store(settings.db)
         blobs = ModelBlobs(settings.model_dir)
         blobs.remove_stale_uploads()
         events = JobEvents()
         runner = JobRunner(settings, store, blobs, metrics, events)
         runner.start()
-        metrics.add_gauge(Gauge("arenaplan_jobs", "plan jobs in the store by state",
-                                lambda: [({"state": s}, n)
-                                         for s, n in store.counts_by_state().items()]))
-        metrics.add_gauge(Gauge("arenaplan_solver_processes", "solver processes by state",
-                                lambda: [({"state": "alive"}, runner.workers_alive()),
-                                         ({"state": "busy"}, runner.workers_busy())]))
+        gauges = [
+            ScrapedGauge("arenaplan_jobs", "plan jobs in the store by state", "state",
+                         store.counts_by_state),
+            ScrapedGauge("arenaplan_solver_processes", "solver processes by state", "state",
+                         lambda: {"alive": runner.workers_alive(), "busy": runner.workers_busy()}),
+        ]
+        for gauge in gauges:
+            metrics.registry.register(gauge)
         service = PlanService(settings, store, runner, events, metrics)
         app.state.settings, app.state.store, app.state.blobs = settings, store, blobs
         app.state.runner, app.state.plans, app.state.metrics = runner, service, metrics
         log.info("arenaplan service: store %s, models in %s, %d solver process(es), %s",
-                 redact_url(settings.database_url), settings.model_dir, settings.workers,
+                 redact_url(settings.db), settings.model_dir, settings.workers,
                  "API keys required" if settings.auth_enabled else "no API keys")
         try:
             yield
         finally:
             service.stopping.set()
+            for gauge in gauges:
+                metrics.registry.unregister(gauge)
             runner.stop()
             store.close()
 

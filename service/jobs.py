@@ -360,8 +360,8 @@ class JobRunner:
             log.warning("job %s: finished here but no longer owned (reclaimed elsewhere)",
                         claim.plan_id)
         log.info("job %s: %s after %.2f s", claim.plan_id, outcome, seconds)
-        self.metrics.solves_finished.inc(outcome=outcome)
-        self.metrics.solve_seconds.observe(seconds, outcome=outcome)
+        self.metrics.solves_finished.labels(outcome=outcome).inc()
+        self.metrics.solve_seconds.labels(outcome=outcome).observe(seconds)
         self.events.publish(claim.plan_id)
 
     # --- heartbeat and recovery -------------------------------------------------------------
@@ -379,9 +379,9 @@ class JobRunner:
         result = recover_jobs(self.store, self.settings,
                               lambda owner: owner_is_gone(owner, self.owner))
         if result.requeued:
-            self.metrics.recovered.inc(len(result.requeued), action="requeued")
+            self.metrics.recovered.labels(action="requeued").inc(len(result.requeued))
         for plan_id in result.failed:
-            self.metrics.recovered.inc(action="failed")
+            self.metrics.recovered.labels(action="failed").inc()
             self.events.publish(plan_id)
         if result.requeued:
             self.wake()

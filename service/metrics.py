@@ -1,141 +1,82 @@
-"""Prometheus metrics in the text exposition format (version 0.0.4), without a client library.
+"""Prometheus metrics through prometheus_client, shown as text (exposition format 0.0.4).
 
-Counters and histograms live in this process; gauges are computed when scraped (jobs by state
-come from the store, so they are right after a restart and across instances).
+Counters and histograms live in this process; gauges are read when scraped (`ScrapedGauge`:
+jobs by state come from the store, so they are right after a restart and across instances).
+Each app has its own registry, so /metrics shows exactly these series and nothing of the
+library's default process collectors.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator, Mapping
 
-Labels = tuple[tuple[str, str], ...]
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+# /metrics has never shown `*_created` series; the switch is process-wide in prometheus_client.
+disable_created_metrics()
+
+TEXT_FORMAT = "text/plain; version=0.0.4"
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SOLVE_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class ScrapedGauge(Collector):
+    """A gauge with one label, read when scraped: `read()` returns label value -> value."""
 
+    def __init__(self, name: str, help_text: str, label: str,
+                 read: Callable[[], Mapping[str, float]]):
+        self.name, self.help, self.label, self.read = name, help_text, label, read
 
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.name, self.help, labels=[self.label])
 
+    def describe(self) -> list[Metric]:
+        """What the registry checks for name clashes, without reading the value (the store)."""
+        return [self._family()]
 
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
-
-
-class Counter:
-    def __init__(self, name: str, help_text: str):
-        self.name, self.help = name, help_text
-        self._values: dict[Labels, float] = {}
-        self._lock = threading.Lock()
-
-    def inc(self, amount: float = 1.0, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
-        with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
-
-    def value(self, **labels: str) -> float:
-        return self._values.get(tuple(sorted(labels.items())), 0.0)
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} counter"
-        with self._lock:
-            items = sorted(self._values.items())
-        for labels, value in items:
-            yield f"{self.name}{_labels(labels)} {_number(value)}"
-
-
-class Histogram:
-    def __init__(self, name: str, help_text: str, buckets: tuple[float, ...]):
-        self.name, self.help, self.buckets = name, help_text, tuple(sorted(buckets))
-        self._series: dict[Labels, list] = {}  # labels -> [bucket counts..., sum, count]
-        self._lock = threading.Lock()
-
-    def observe(self, value: float, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
-        with self._lock:
-            series = self._series.setdefault(key, [0] * len(self.buckets) + [0.0, 0])
-            index = bisect.bisect_left(self.buckets, value)
-            for i in range(index, len(self.buckets)):
-                series[i] += 1
-            series[-2] += value
-            series[-1] += 1
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} histogram"
-        with self._lock:
-            items = sorted((k, list(v)) for k, v in self._series.items())
-        for labels, series in items:
-            for bound, count in zip(self.buckets, series, strict=False):
-                le = labels + (("le", _number(bound)),)
-                yield f"{self.name}_bucket{_labels(le)} {count}"
-            yield f"{self.name}_bucket{_labels(labels + (('le', '+Inf'),))} {series[-1]}"
-            yield f"{self.name}_sum{_labels(labels)} {_number(series[-2])}"
-            yield f"{self.name}_count{_labels(labels)} {series[-1]}"
-
-
-class Gauge:
-    """A gauge read when scraped: `collect()` returns label dicts -> values."""
-
-    def __init__(self, name: str, help_text: str,
-                 collect: Callable[[], Iterable[tuple[dict[str, str], float]]]):
-        self.name, self.help, self.collect = name, help_text, collect
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} gauge"
-        for labels, value in self.collect():
-            yield f"{self.name}{_labels(tuple(sorted(labels.items())))} {_number(value)}"
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for label_value, value in self.read().items():
+            family.add_metric([label_value], value)
+        yield family
 
 
 class ServiceMetrics:
-    """Everything /metrics shows. Gauges are attached by the app once the store exists."""
+    """Everything /metrics shows. Gauges are registered by the app once the store exists."""
 
     def __init__(self) -> None:
+        self.registry = CollectorRegistry()
         self.requests = Counter(
-            "arenaplan_http_requests_total", "HTTP requests by method, route and status")
+            "arenaplan_http_requests_total", "HTTP requests by method, route and status",
+            ["method", "route", "status"], registry=self.registry)
         self.request_seconds = Histogram(
             "arenaplan_http_request_duration_seconds", "HTTP request latency by route",
-            REQUEST_BUCKETS)
+            ["route"], buckets=REQUEST_BUCKETS, registry=self.registry)
         self.submissions = Counter(
             "arenaplan_plan_submissions_total",
             "POST /plan by outcome: new job, cached (plan already stored), existing job "
-            "(queued, running or failed), requeued")
+            "(queued, running or failed), requeued", ["outcome"], registry=self.registry)
         self.solves_started = Counter(
-            "arenaplan_solves_started_total", "solver runs started by this instance")
+            "arenaplan_solves_started_total", "solver runs started by this instance",
+            registry=self.registry)
         self.solves_finished = Counter(
             "arenaplan_solves_finished_total",
-            "solver runs finished by this instance, by outcome (done or the error kind)")
+            "solver runs finished by this instance, by outcome (done or the error kind)",
+            ["outcome"], registry=self.registry)
         self.solve_seconds = Histogram(
-            "arenaplan_solve_seconds", "wall time of solver runs by outcome", SOLVE_BUCKETS)
+            "arenaplan_solve_seconds", "wall time of solver runs by outcome", ["outcome"],
+            buckets=SOLVE_BUCKETS, registry=self.registry)
         self.recovered = Counter(
             "arenaplan_jobs_recovered_total",
-            "running jobs found without a live instance: requeued or failed")
-        self._gauges: list[Gauge] = []
+            "running jobs found without a live instance: requeued or failed", ["action"],
+            registry=self.registry)
 
-    def add_gauge(self, gauge: Gauge) -> None:
-        self._gauges.append(gauge)
-
-    def render(self) -> str:
-        lines: list[str] = []
-        for metric in (self.requests, self.request_seconds, self.submissions,
-                       self.solves_started, self.solves_finished, self.solve_seconds,
-                       self.recovered, *self._gauges):
-            lines.extend(metric.render())
-        return "\n".join(lines) + "\n"
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
 
 
 class RequestMetricsMiddleware:
@@ -161,6 +102,7 @@ class RequestMetricsMiddleware:
         finally:
             route = scope.get("route")
             path = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.inc(method=scope["method"], route=path,
-                                      status=str(status["code"]))
-            self.metrics.request_seconds.observe(time.perf_counter() - started, route=path)
+            self.metrics.requests.labels(method=scope["method"], route=path,
+                                         status=str(status["code"])).inc()
+            self.metrics.request_seconds.labels(route=path).observe(
+                time.perf_counter() - started)

@@ -50,8 +50,8 @@ class PlanService:
         if known is not None and (known.state == "done"
                                   or (known.state == "failed" and not known.retryable)):
             # Stored and visible to this caller: answered from the store, nothing written.
-            self.metrics.submissions.inc(outcome="cached" if known.state == "done" else
-                                         "existing")
+            self.metrics.submissions.labels(
+                outcome="cached" if known.state == "done" else "existing").inc()
             return await self._answer(known, url_of(plan_id))
         await run_in_threadpool(self.store.record_model, upload.model_sha256, upload.model_bytes)
         try:
@@ -66,7 +66,7 @@ class PlanService:
         outcome = submitted.outcome
         if outcome == "existing" and job.state == "done":
             outcome = "cached"
-        self.metrics.submissions.inc(outcome=outcome)
+        self.metrics.submissions.labels(outcome=outcome).inc()
         if outcome in ("new", "requeued"):
             self.runner.wake()
         if not job.final:

@@ -1,4 +1,4 @@
-"""Every setting of the service, read from the environment in this one place.
+"""Every setting of the service: `ARENAPLAN_<FIELD>` variables, read by pydantic-settings.
 
 Variables (all optional; `arenaplan serve` options override them):
 
@@ -19,6 +19,12 @@ Variables (all optional; `arenaplan serve` options override them):
 | ARENAPLAN_MAX_ATTEMPTS | 2 | runs of a job interrupted by restarts before it is marked failed |
 | ARENAPLAN_LEASE_S | 20 | a running job whose instance stopped heart-beating is re-queued |
 | ARENAPLAN_MAX_QUEUED | 1000 | queued jobs beyond which POST /plan answers 429 |
+| ARENAPLAN_WORKER_START_TIMEOUT_S | 120 | how long a new solver process may take to start |
+
+Names are matched without regard to case (pydantic-settings' rule); other `ARENAPLAN_*`
+variables (the client's `ARENAPLAN_API_KEY`, the profile cache's `ARENAPLAN_CACHE_DIR`) are not
+settings of the service and are ignored here. A blank DATA_DIR, DB, MODEL_DIR, API_KEYS or
+API_KEYS_FILE counts as unset; a blank number is an error.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
-from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.errors import ArenaplanError
 
@@ -37,8 +44,8 @@ ENV_PREFIX = "ARENAPLAN_"
 MiB = 2**20
 
 
-def default_data_dir(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "arenaplan"
 
 
@@ -46,16 +53,22 @@ def default_workers() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-class Settings(BaseModel):
-    """The service's configuration; build it with `load_settings`."""
+class Settings(BaseSettings):
+    """The service's configuration; build it with `load_settings`.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Each field is the variable `ARENAPLAN_<FIELD>`; keyword arguments override the environment.
+    The locations are resolved once here, so `db` is always a SQLAlchemy URL and `model_dir` a
+    path, and `api_keys` holds the keys of both ARENAPLAN_API_KEYS and the keys file.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     data_dir: Path
-    database_url: str
+    db: str = Field(description="SQLAlchemy URL (the variable may also be a SQLite file path)")
     model_dir: Path
     workers: int = Field(default_factory=default_workers, ge=1, le=256)
-    api_keys: dict[str, str] = Field(
+    api_keys_file: Path | None = None
+    api_keys: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="API key -> namespace; empty: no authentication"
     )
     max_upload_bytes: int = Field(default=512 * MiB, ge=1)
@@ -70,6 +83,32 @@ class Settings(BaseModel):
     max_queued: int = Field(default=1000, ge=1)
     worker_start_timeout_s: float = Field(default=120.0, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _place_files(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """DATA_DIR, DB and MODEL_DIR default to one another, as the table above says."""
+        data_dir = Path(str(values.get("data_dir") or default_data_dir())).expanduser()
+        db = database_url_for(str(values.get("db") or data_dir / "arenaplan.db"))
+        model_dir = values.get("model_dir")
+        if not model_dir:
+            db_file = sqlite_path(db)
+            model_dir = db_file.parent / "models" if db_file else data_dir / "models"
+        return {**values, "data_dir": data_dir, "db": db,
+                "model_dir": Path(str(model_dir)).expanduser()}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_api_keys(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """The keys of ARENAPLAN_API_KEYS, then those of the keys file (a key in both: the file's
+        namespace)."""
+        keys = values.get("api_keys") or {}
+        if isinstance(keys, str):
+            keys = parse_api_keys(keys, ENV_PREFIX + "API_KEYS")
+        keys_file = values.get("api_keys_file") or None
+        if keys_file:
+            keys = {**keys, **read_api_keys_file(keys_file)}
+        return {**values, "api_keys": keys, "api_keys_file": keys_file}
+
     @property
     def auth_enabled(self) -> bool:
         return bool(self.api_keys)
@@ -77,22 +116,6 @@ class Settings(BaseModel):
     def job_time_limit(self, request_time_limit_s: float) -> float:
         """Wall-clock seconds a job may run before its solver process is killed."""
         return min(self.job_timeout_s, request_time_limit_s + self.job_grace_s)
-
-
-_FIELD_ENV = {
-    "workers": "WORKERS",
-    "max_upload_bytes": "MAX_UPLOAD_BYTES",
-    "max_request_bytes": "MAX_REQUEST_BYTES",
-    "default_wait_s": "DEFAULT_WAIT_S",
-    "max_wait_s": "MAX_WAIT_S",
-    "max_time_limit_s": "MAX_TIME_LIMIT_S",
-    "job_grace_s": "JOB_GRACE_S",
-    "job_timeout_s": "JOB_TIMEOUT_S",
-    "max_attempts": "MAX_ATTEMPTS",
-    "lease_s": "LEASE_S",
-    "max_queued": "MAX_QUEUED",
-    "worker_start_timeout_s": "WORKER_START_TIMEOUT_S",
-}
 
 
 def database_url_for(db: str) -> str:
@@ -144,48 +167,22 @@ def read_api_keys_file(path: str | Path) -> dict[str, str]:
     return keys
 
 
-def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+def load_settings(**overrides: object) -> Settings:
     """Settings from the environment (`ARENAPLAN_*`), then explicit overrides (None = unset).
 
-    Overrides accept the field names of `Settings`, plus `db` (path or URL) and
-    `api_keys_file`. Raises `ArenaplanError` naming the bad variable or value.
+    Overrides accept the field names of `Settings` (`db` a path or URL). Raises
+    `ArenaplanError` naming the bad variable or value, never a pydantic traceback.
     """
-    env = dict(os.environ if env is None else env)
-    given = {k: v for k, v in overrides.items() if v is not None}
-    values: dict[str, object] = {}
-    for field, name in _FIELD_ENV.items():
-        if ENV_PREFIX + name in env:
-            values[field] = env[ENV_PREFIX + name]
-    data_dir = Path(str(given.pop("data_dir", None) or env.get(ENV_PREFIX + "DATA_DIR")
-                        or default_data_dir(env))).expanduser()
-    db = given.pop("db", None) or env.get(ENV_PREFIX + "DB") or str(data_dir / "arenaplan.db")
-    database_url = database_url_for(str(db))
-    model_dir = given.pop("model_dir", None) or env.get(ENV_PREFIX + "MODEL_DIR")
-    if model_dir is None:
-        db_file = sqlite_path(database_url)
-        model_dir = db_file.parent / "models" if db_file else data_dir / "models"
-    keys: dict[str, str] = {}
-    if env.get(ENV_PREFIX + "API_KEYS"):
-        keys.update(parse_api_keys(env[ENV_PREFIX + "API_KEYS"], ENV_PREFIX + "API_KEYS"))
-    keys_file = given.pop("api_keys_file", None) or env.get(ENV_PREFIX + "API_KEYS_FILE")
-    if keys_file:
-        keys.update(read_api_keys_file(str(keys_file)))
-    values.update(given)
-    values.setdefault("api_keys", keys)
+    given = {name: value for name, value in overrides.items() if value is not None}
     try:
-        return Settings(data_dir=data_dir, database_url=database_url,
-                        model_dir=Path(str(model_dir)).expanduser(), **values)
+        return Settings(**given)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ArenaplanError(f"bad service setting: {problems}") from None
 
 
-def _env_name(loc: tuple) -> str:
-    field = str(loc[0]) if loc else "?"
-    return ENV_PREFIX + _FIELD_ENV[field] if field in _FIELD_ENV else field
-
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    return ENV_PREFIX + str(loc[0]).upper() if loc else "settings"
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":

@@ -74,18 +74,21 @@ def test_plans_are_visible_only_to_the_key_that_submitted_them(server, tmp_path)
     assert get(url, f"/plans/{plan_id}", BOB).status_code == 200
 
 
-def test_non_loopback_bind_without_keys_is_refused(tmp_path):
+def test_non_loopback_bind_without_keys_is_refused(tmp_path, monkeypatch):
     port = str(free_port())
     refused = cli("serve", "--host", "0.0.0.0", "--port", port, "--db",
                   str(tmp_path / "x.db"), env={"ARENAPLAN_API_KEYS": ""}, timeout=60)
     assert refused.returncode == 2
     assert "refusing to listen on 0.0.0.0 without API keys" in refused.stderr
     assert not (tmp_path / "x.db").exists()
-    settings = load_settings(env={}, db=str(tmp_path / "y.db"))
+    monkeypatch.delenv("ARENAPLAN_API_KEYS", raising=False)
+    monkeypatch.delenv("ARENAPLAN_API_KEYS_FILE", raising=False)
+    settings = load_settings(db=str(tmp_path / "y.db"))
     with pytest.raises(ArenaplanError):
         check_bind_allowed("192.0.2.1", settings, allow_public_without_keys=False)
     check_bind_allowed("192.0.2.1", settings, allow_public_without_keys=True)
-    keyed = load_settings(env={"ARENAPLAN_API_KEYS": "k1-abcdefgh"}, db=str(tmp_path / "y.db"))
+    monkeypatch.setenv("ARENAPLAN_API_KEYS", "k1-abcdefgh")
+    keyed = load_settings(db=str(tmp_path / "y.db"))
     check_bind_allowed("0.0.0.0", keyed, allow_public_without_keys=False)
     for host in ("127.0.0.1", "127.3.4.5", "::1", "[::1]", "localhost"):
         assert is_loopback(host)
@@ -94,16 +97,17 @@ def test_non_loopback_bind_without_keys_is_refused(tmp_path):
         assert not is_loopback(host)
 
 
-def test_key_syntax_and_settings_errors(tmp_path):
+def test_key_syntax_and_settings_errors(tmp_path, monkeypatch):
     keys = parse_api_keys("ns1:abcdefgh12, plainkey123 # comment\n\n", "test")
     assert keys["abcdefgh12"] == "ns1"
     assert keys["plainkey123"].startswith("key-")
     with pytest.raises(ArenaplanError, match="at least 8 characters"):
         parse_api_keys("ns:short", "test")
     with pytest.raises(ArenaplanError, match="cannot read the API keys file"):
-        load_settings(env={}, api_keys_file=str(tmp_path / "missing"), db=str(tmp_path / "d"))
+        load_settings(api_keys_file=str(tmp_path / "missing"), db=str(tmp_path / "d"))
     with pytest.raises(ArenaplanError, match="ARENAPLAN_WORKERS"):
-        load_settings(env={"ARENAPLAN_WORKERS": "zero"}, db=str(tmp_path / "d"))
+        monkeypatch.setenv("ARENAPLAN_WORKERS", "zero")
+        load_settings(db=str(tmp_path / "d"))
     bad = cli("serve", "--port", str(free_port()), "--db", str(tmp_path / "z.db"),
               env={"ARENAPLAN_MAX_UPLOAD_BYTES": "-1"}, timeout=60)
     assert bad.returncode == 2 and "ARENAPLAN_MAX_UPLOAD_BYTES" in bad.stderr

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         api_keys_file=args.api_keys_file, max_upload_bytes=args.max_upload,
     )
     check_bind_allowed(args.host, settings, args.allow_public_without_keys)
-    _check_store(settings.database_url)
+    _check_store(settings.db)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = f"[{args.host}]" if ":" in args.host else args.host

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from service.auth import require_namespace
+from service.metrics import TEXT_FORMAT
 from service.routes.deps import MetricsDep, StoreDep
 
 router = APIRouter(tags=["operations"])
@@ -35,5 +36,5 @@ def readyz(request: Request, store: StoreDep) -> JSONResponse:
 
 @router.get("/metrics", summary="Prometheus metrics (text format)",
             response_class=PlainTextResponse, dependencies=[Depends(require_namespace)])
-def metrics(metrics: MetricsDep) -> PlainTextResponse:
-    return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
+def metrics(metrics: MetricsDep) -> Response:
+    return Response(metrics.render(), media_type=TEXT_FORMAT)
