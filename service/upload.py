@@ -17,6 +17,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
 from schemas.plan import PlanRequest
+from schemas.units import format_bytes
 from service.blobs import BlobWriter, ModelBlobs
 from service.errors import ApiProblem
 from service.settings import Settings
@@ -33,10 +34,6 @@ class PlanUpload:
     model_sha256: str
     model_bytes: int
     request: PlanRequest
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} B"
 
 
 @dataclass
@@ -114,7 +111,7 @@ class _BodyReader:
 
 def _too_large(what: str, limit: int, variable: str) -> ApiProblem:
     return ApiProblem(413, "too_large", f"{what} is larger than this service accepts "
-                      f"({_mib(limit)}, set by {variable}); send a smaller one")
+                      f"({format_bytes(limit)}, set by {variable}); send a smaller one")
 
 
 def _check_headers(request: Request, settings: Settings) -> bytes:
@@ -124,8 +121,9 @@ def _check_headers(request: Request, settings: Settings) -> bytes:
     length = request.headers.get("content-length")
     limit = settings.max_upload_bytes + settings.max_request_bytes + MULTIPART_OVERHEAD
     if length is not None and length.strip().isdigit() and int(length) > limit:
-        raise ApiProblem(413, "too_large", f"the upload is {_mib(int(length))}; this service "
-                         f"accepts models up to {_mib(settings.max_upload_bytes)} "
+        raise ApiProblem(413, "too_large",
+                         f"the upload is {format_bytes(int(length))}; this service accepts "
+                         f"models up to {format_bytes(settings.max_upload_bytes)} "
                          "(ARENAPLAN_MAX_UPLOAD_BYTES); send a smaller model")
     return options[b"boundary"]
 
