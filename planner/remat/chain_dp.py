@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.ir.graph import Graph, Region
-from planner.memory.schedule import Compute, Schedule
+from planner.memory.schedule import Compute, Schedule, home_on
 from planner.profile.costs import CostTable
 from planner.remat.emit import with_frees
 
@@ -181,5 +181,5 @@ def chain_schedule(graph: Graph, chain: Chain, solution: ChainSolution, budget: 
             run(i, action, m)
 
     run(0, n + 1, budget - chain.bf[0])
-    home = {t.id: device for t in graph.tensors if t.producer is None or t.is_graph_output}
+    home = home_on(graph, device)
     return Schedule(events=tuple(with_frees(graph, events, home)), home=home)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.ir.graph import Graph
-from planner.memory.schedule import Compute, Copy, Event, Free, Schedule
-from planner.memory.sharing import state_updates
+from planner.memory.liveness import outlives_step
+from planner.memory.schedule import Compute, Copy, Event, Free, Schedule, home_on
 from planner.remat.decision import Decision
 from planner.remat.problem import RematProblem
 
@@ -47,7 +47,7 @@ def emit_schedule(problem: RematProblem, decision: Decision) -> Schedule:
                 done.add(op)
             for v, src, dst in after.get((k, d), []):
                 skeleton.extend(Copy(x, src, dst) for x in p.values[v].tensors)
-    home = {t.id: p.home for t in g.tensors if t.producer is None or t.is_graph_output}
+    home = home_on(g, p.home)
     kept = _drop_dead(g, skeleton, home)
     return Schedule(events=tuple(with_frees(g, kept, home)), home=home)
 
@@ -82,9 +82,7 @@ class _Mat:
 
 
 def with_frees(g: Graph, events: list[Event], home: dict[int, str]) -> list[Event]:
-    updates = state_updates(g)
-    outlives = updates.persistent | {t.id for t in g.tensors
-                                     if t.is_initializer or t.is_graph_output}
+    outlives = outlives_step(g)
     current: dict[tuple[int, str], _Mat] = {}
     mats: list[_Mat] = []
 

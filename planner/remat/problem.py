@@ -36,7 +36,7 @@ from typing import Literal
 
 from planner.errors import InvalidInputError
 from planner.ir.graph import Graph, Region
-from planner.memory.liveness import live_curve
+from planner.memory.liveness import live_curve, persistent_tensors
 from planner.memory.sharing import aliases_in_order, state_updates
 from planner.profile.costs import CostTable
 
@@ -319,8 +319,7 @@ class _NodeRecord:
 def _source_values(grouping: _Grouping, home: str) -> _Values:
     """One value per tensor no op produces (graph inputs, constants, state), all on `home`."""
     graph = grouping.graph
-    persistent = state_updates(graph).persistent | {t.id for t in graph.tensors
-                                                    if t.is_initializer}
+    persistent = persistent_tensors(graph)
     update_stage_of = {state: grouping.node_of[graph.tensors[new].producer]
                        for new, state in grouping.alias.items()}
     values = _Values()
