@@ -8,7 +8,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-slow test-scale lint fixtures schemas clean
+.PHONY: serve test test-slow test-scale lint typecheck fixtures schemas clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ test-scale: $(STAMP_DEV)
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .
 
+# mypy over the packages named in pyproject.toml ([tool.mypy]): every function annotated.
+typecheck: $(STAMP_DEV)
+	$(BIN)/mypy
+
 fixtures: $(STAMP_DEV)
 	$(BIN)/python tests/fixtures/generate.py
 
@@ -47,7 +51,7 @@ schemas: $(STAMP_RUN)
 	$(BIN)/python -m schemas.generate
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache
 
 # Headless Chromium and its WebDriver for the report's browser test (tests/test_report_browser.py),
 # from Debian packages (root, or sudo). Does nothing when both are already installed.
