@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
-from onnx import NodeProto, helper
+from onnx import NodeProto, ValueInfoProto, helper
 
 from runtime.arena import Arena
 from runtime.devices import CUDA_PROVIDER, RuntimeDevice
@@ -119,7 +119,7 @@ def segment_model(model: RuntimeModel, steps: list[Step], segment: Segment,
             node.output.append(name_of(b_id))
         nodes.append(node)
 
-    def info(value: str, b_id: str):
+    def info(value: str, b_id: str) -> ValueInfoProto:
         b = buffers[b_id]
         elem = helper.np_dtype_to_tensor_dtype(np.dtype(b.dtype))
         return helper.make_tensor_value_info(value, elem, list(b.shape))

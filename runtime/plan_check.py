@@ -94,8 +94,8 @@ def structural_problems(model: RuntimeModel, plan: Plan) -> list[str]:
     problems.extend(_replay_problems(model, plan, buffers, arenas))
     if problems:
         return problems
-    for device in arenas:
-        problems.extend(_overlap_problems(device, buffers))
+    for device_name in arenas:
+        problems.extend(_overlap_problems(device_name, buffers))
     return problems
 
 

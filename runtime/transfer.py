@@ -79,7 +79,8 @@ class Transfers:
         def device_copy() -> None:
             run(c_binding, options)
 
-        device_copy.binding = binding  # keep the Python binding (and its buffers) alive
+        # keep the Python binding (and its buffers) alive; mypy knows no attributes on functions
+        device_copy.binding = binding  # type: ignore[attr-defined]
         return device_copy
 
     def _session(self, gpu: RuntimeDevice) -> ort.InferenceSession:

@@ -12,11 +12,11 @@ fitted to a sweep of transfer sizes; the solver turns it into a per-tensor copy 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PROFILE_SCHEMA_VERSION = 1
+PROFILE_SCHEMA_VERSION: Final = 1
 
 CostSource = Literal["measured", "user", "estimated"]
 

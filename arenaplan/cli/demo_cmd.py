@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
                                             time_limit_s=args.time_limit))
         device = plan.devices[0]
         order = next(r for r in plan.solvers if r.phase == "order")
+        assert order.baseline is not None, "the order phase reports the file-order peak"
         print(
             f"  plan {plan.plan_id}: {len(plan.steps)} steps, arena "
             f"{format_bytes(device.arena_bytes)} (lower bound "

@@ -14,9 +14,15 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from arenaplan.cli.common import EXIT_OK
+
+if TYPE_CHECKING:  # the runtime is imported when the command runs, not when the CLI starts
+    from runtime.executor import PlanExecutor
+    from schemas.plan import Plan
 
 EXIT_CHECK_FAILED = 1
 
@@ -107,13 +113,14 @@ def run(args: argparse.Namespace) -> int:
         seconds = executor.step()
         growth.append(memory.sample())
         reset_ok = reset_ok and memory.reset_ok
-        row: dict = {"step": k + 1, "seconds": seconds, "peak_rss_growth_bytes": growth[-1]}
+        row: dict[str, Any] = {"step": k + 1, "seconds": seconds,
+                               "peak_rss_growth_bytes": growth[-1]}
         if loss_name is not None:
             row["loss"] = float(executor.output(loss_name).reshape(-1)[0])
         if reference is not None:
             row["reference_seconds"] = reference.step()
             diffs = compare_outputs(executor.outputs(), reference.last)
-            worst = max(diffs, key=diffs.get)
+            worst = max(diffs, key=diffs.__getitem__)
             row["max_abs_diff"] = diffs[worst]
             row["worst_output"] = worst
             if loss_name is not None:
@@ -133,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_plan(args: argparse.Namespace):
+def _load_plan(args: argparse.Namespace) -> Plan:
     from runtime.client import fetch_plan
     from runtime.errors import PlanFetchError
     from runtime.plan_io import read_plan
@@ -148,12 +155,12 @@ def _load_plan(args: argparse.Namespace):
     return fetch_plan(args.server, args.plan_id, api_key=args.api_key, wait_s=args.wait)
 
 
-def _planner_validator(model_path: Path):
+def _planner_validator(model_path: Path) -> Callable[[Plan], list[str]]:
     """The planner's independent validator, loaded only once the runtime's own checks pass.
 
     The runtime never imports the planner; the CLI may, and injects it."""
 
-    def validate(plan) -> list[str]:
+    def validate(plan: Plan) -> list[str]:
         from planner.ir.graph import load_graph
         from planner.plan.validate import validate_plan
 
@@ -163,13 +170,13 @@ def _planner_validator(model_path: Path):
     return validate
 
 
-def _count(plan, kind: str) -> int:
+def _count(plan: Plan, kind: str) -> int:
     if kind == "recompute":
         return sum(1 for s in plan.steps if s.kind == "compute" and s.recompute)
     return sum(1 for s in plan.steps if s.kind == kind)
 
 
-def _step_line(row: dict, total: int) -> str:
+def _step_line(row: dict[str, Any], total: int) -> str:
     parts = [f"step {row['step']}/{total}:"]
     if "loss" in row:
         parts.append(f"loss {row['loss']:.6f}")
@@ -180,7 +187,9 @@ def _step_line(row: dict, total: int) -> str:
     return " ".join(parts)
 
 
-def _report(args, plan, executor, rows, growth, reset_ok, loss_name) -> dict:
+def _report(args: argparse.Namespace, plan: Plan, executor: PlanExecutor,
+            rows: list[dict[str, Any]], growth: list[int], reset_ok: bool,
+            loss_name: str | None) -> dict[str, Any]:
     median = statistics.median(r["seconds"] for r in rows)
     report = {
         "plan_id": plan.plan_id,
@@ -209,7 +218,7 @@ def _report(args, plan, executor, rows, growth, reset_ok, loss_name) -> dict:
     return report
 
 
-def _print_summary(report: dict) -> None:
+def _print_summary(report: dict[str, Any]) -> None:
     line = f"median step time {report['median_step_seconds'] * 1e3:.2f} ms"
     if report["predicted_step_seconds"] is not None:
         line += f" (plan predicted {report['predicted_step_seconds'] * 1e3:.2f} ms)"

@@ -17,14 +17,15 @@ kernels and no fused training-mode normalizations:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.export._deps import require_torch
 
+if TYPE_CHECKING:  # torch is imported at run time through require_torch (the optional extra)
+    from torch import Tensor
+
 torch = require_torch()
 aten = torch.ops.aten
-Tensor = torch.Tensor
-
 
 def _conv_weight_grad(
     inp: Tensor,

@@ -74,7 +74,10 @@ def _written_storages() -> Any:
             super().__init__()
             self.written: set[int] = set()
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_dispatch__(
+            self, func: Any, types: Sequence[type], args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             kwargs = kwargs or {}
             for i, argument in enumerate(func._schema.arguments):
                 alias = argument.alias_info

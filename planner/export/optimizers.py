@@ -9,12 +9,15 @@ apply the right bias correction.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planner.export._deps import require_torch
 from planner.export.spec import OptimizerSpec
 
-torch = require_torch()
-Tensor = torch.Tensor
+if TYPE_CHECKING:  # torch is imported at run time through require_torch (the optional extra)
+    from torch import Tensor
 
+torch = require_torch()
 
 def initial_state(spec: OptimizerSpec, params: list[Tensor]) -> tuple[list[Tensor], Tensor | None]:
     """Fresh optimizer state: per-parameter tensors (zeros, in `state_suffixes` order, parameter

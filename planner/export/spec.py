@@ -165,7 +165,8 @@ class ExportResult:
     def save_feeds(self, path: str | Path) -> None:
         """Write every graph input's value to a compressed .npz keyed by graph input name."""
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, **self.feeds)
+        # numpy's stub types **kwds beside `allow_pickle: bool`, so a dict of arrays reads as a bool
+        np.savez_compressed(buffer, **self.feeds)  # type: ignore[arg-type]
         Path(path).write_bytes(buffer.getvalue())
 
     def sidecar(

@@ -159,5 +159,5 @@ class ProfileCache:
     def __enter__(self) -> ProfileCache:
         return self
 
-    def __exit__(self, *_) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()

@@ -8,6 +8,7 @@ build lists CUDA even on machines without a GPU or without the CUDA libraries).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import onnxruntime as ort
@@ -66,7 +67,7 @@ def parse_device(text: str) -> Device:
     return Device("cuda", int(index or 0))
 
 
-def parse_devices(texts) -> list[Device]:
+def parse_devices(texts: Iterable[str]) -> list[Device]:
     """Parse and de-duplicate device names, keeping the order given."""
     devices = list(dict.fromkeys(parse_device(t) for t in texts))
     if not devices:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import ModelProto, TensorProto, helper
 
 from planner.ir.graph import Graph, Op
 from planner.profile.devices import Device, create_session
@@ -28,19 +28,25 @@ def _numel(graph: Graph, t: int | None) -> int:
     return 0 if t is None else math.prod(graph.tensors[t].shape)
 
 
+def _shape(graph: Graph, t: int | None) -> tuple[int, ...]:
+    """Shape of an operand ONNX does not let the op omit (MatMul's, Gemm's and Conv's first two)."""
+    assert t is not None, "a required operand is omitted"
+    return graph.tensors[t].shape
+
+
 def op_flops(graph: Graph, op: Op) -> int:
     """Floating-point operations of one execution (multiply-add = 2)."""
     out = op.outputs[0] if op.outputs else None
     out_numel = _numel(graph, out)
     if op.op_type in ("MatMul", "Gemm") and len(op.inputs) >= 2:
-        a = graph.tensors[op.inputs[0]].shape
+        a = _shape(graph, op.inputs[0])
         k = a[0] if op.op_type == "Gemm" and op.attributes.get("transA", 0) else a[-1]
         return 2 * out_numel * max(1, k)
     if op.op_type == "Conv" and len(op.inputs) >= 2:
-        w = graph.tensors[op.inputs[1]].shape  # (M, C/group, k1, k2, ...)
+        w = _shape(graph, op.inputs[1])  # (M, C/group, k1, k2, ...)
         return 2 * out_numel * math.prod(w[1:])
     if op.op_type == "ConvTranspose" and len(op.inputs) >= 2:
-        w = graph.tensors[op.inputs[1]].shape  # (C, M/group, k1, k2, ...)
+        w = _shape(graph, op.inputs[1])  # (C, M/group, k1, k2, ...)
         return 2 * _numel(graph, op.inputs[0]) * math.prod(w[1:])
     if op.op_type.startswith("Reduce") or op.op_type in ("GlobalAveragePool", "AveragePool",
                                                          "MaxPool", "BatchNormalization"):
@@ -57,7 +63,7 @@ def estimate_seconds(graph: Graph, op: Op, roofline: Roofline) -> float:
                op_bytes(graph, op) / roofline.bytes_per_second)
 
 
-def _one_node(op_type: str, shapes: list[list[int]], out_shape: list[int]):
+def _one_node(op_type: str, shapes: list[list[int]], out_shape: list[int]) -> ModelProto:
     f = TensorProto.FLOAT
     names = [f"x{i}" for i in range(len(shapes))]
     graph = helper.make_graph(
@@ -68,7 +74,7 @@ def _one_node(op_type: str, shapes: list[list[int]], out_shape: list[int]):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-def _median_run(model, device: Device, threads: int, arrays: list[np.ndarray]) -> float:
+def _median_run(model: ModelProto, device: Device, threads: int, arrays: list[np.ndarray]) -> float:
     session = create_session(model, device, threads)
     binding = session.io_binding()
     device_type, device_id = device.ortvalue_device

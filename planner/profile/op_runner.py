@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import ModelProto, TensorProto, helper
 
 from planner.ir.graph import Graph, Op
 from planner.profile.devices import Device, create_session
@@ -155,7 +155,7 @@ def measure_op(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Devi
 def run_overhead(device: Device, threads: int, policy: TimingPolicy) -> float:
     """The fixed cost of one bound session run on `device` (seconds), without the kernel: the
     one-copy time of a 4-byte Identity minus its differential kernel time."""
-    def identity(copies: int):
+    def identity(copies: int) -> ModelProto:
         f = TensorProto.FLOAT
         nodes = [helper.make_node("Identity", ["x"], [copy_output_name("y", k)])
                  for k in range(copies)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -147,7 +147,8 @@ def profile_graph(
 
 
 def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
-                 store: ProfileCache | None, given, threads: int, policy: TimingPolicy, report
+                 store: ProfileCache | None, given: dict[str, np.ndarray] | None, threads: int,
+                 policy: TimingPolicy, report: Callable[..., None],
                  ) -> tuple[dict[str, int], list[OpProfile]]:
     signatures = [op_signature(graph, op) for op in graph.ops]
     fingerprints = {d.name: device_fingerprint(machine, d) for d in targets}

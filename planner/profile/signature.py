@@ -40,7 +40,7 @@ def op_signature(graph: Graph, op: Op) -> str:
     domain = op.domain if op.domain != "ai.onnx" else ""
     opset = opsets.get(domain, opsets.get("ai.onnx", graph.opset))
 
-    def io(ids):
+    def io(ids: tuple[int | None, ...]) -> list[list[Any] | None]:
         return [None if t is None else [graph.tensors[t].dtype, list(graph.tensors[t].shape)]
                 for t in ids]
 

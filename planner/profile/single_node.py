@@ -25,7 +25,8 @@ def copy_output_name(name: str, copy: int) -> str:
 def single_node_model(graph: Graph, op: Op, copies: int = 1) -> onnx.ModelProto:
     node = graph.proto.graph.node[op.id]
     inputs = [_value_info(graph, t, graph.tensors[t].name) for t in op.input_ids]
-    nodes, outputs = [], []
+    nodes: list[onnx.NodeProto] = []
+    outputs: list[onnx.ValueInfoProto] = []
     for k in range(copies):
         clone = onnx.NodeProto()
         clone.CopyFrom(node)

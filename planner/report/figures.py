@@ -152,7 +152,8 @@ def memory_svg(curve: MemoryCurve) -> str:
     return svg.render()
 
 
-def _band_path(x: Scale, y: Scale, starts, ends, below, above) -> str:
+def _band_path(x: Scale, y: Scale, starts: list[int], ends: list[int], below: list[int],
+               above: list[int]) -> str:
     """A filled step-function band between `below` and `above` (one value per span)."""
     upper = _step_line(x, y, starts, ends[-1], above)
     lower = _step_line(x, y, starts, ends[-1], below)
@@ -160,10 +161,11 @@ def _band_path(x: Scale, y: Scale, starts, ends, below, above) -> str:
     return "M" + "L".join(f"{px:.1f},{py:.1f}" for px, py in points) + "Z"
 
 
-def _step_line(x: Scale, y: Scale, starts, end: int, values) -> list[tuple[float, float]]:
+def _step_line(x: Scale, y: Scale, starts: list[int], end: int,
+               values: list[int]) -> list[tuple[float, float]]:
     """Corners of the step function `values` (constant over each span): one pair per change."""
     points: list[tuple[float, float]] = []
-    previous = None
+    previous: int | None = None
     for s, v in zip(starts, values, strict=True):
         if v != previous:
             if previous is not None:

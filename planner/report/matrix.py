@@ -93,11 +93,11 @@ def _matrix(index: PlanIndex, device: str, max_rows: int, max_cols: int,
     rows = []
     for r in range(grid.shape[0]):
         members = ordered[r * ops_per_row:(r + 1) * ops_per_row]
-        first = index.ops.get(members[0])
-        label = first.name if first else f"op {members[0]}"
+        first_op = index.ops.get(members[0])
+        label = first_op.name if first_op else f"op {members[0]}"
         if len(members) > 1:
             label += f" (+{len(members) - 1} more)"
-        rows.append(MatrixRow(members, label, first.region if first else None))
+        rows.append(MatrixRow(members, label, first_op.region if first_op else None))
     return ScheduleMatrix(
         device=device, n_ops=len(ordered), n_steps=index.n_steps, ops_per_row=ops_per_row,
         steps_per_col=steps_per_col, rows=rows, grid=grid,
@@ -106,7 +106,9 @@ def _matrix(index: PlanIndex, device: str, max_rows: int, max_cols: int,
     )
 
 
-def _fill(position, computes, held, copies, n_ops, n_steps, ops_per_row, steps_per_col):
+def _fill(position: dict[int, int], computes: list[tuple[int, int, int]],
+          held: list[tuple[int, int, int, int]], copies: list[tuple[int, int]], n_ops: int,
+          n_steps: int, ops_per_row: int, steps_per_col: int) -> np.ndarray:
     grid = np.zeros((max(1, math.ceil(n_ops / ops_per_row)), math.ceil(n_steps / steps_per_col)),
                     dtype=np.uint8)
     for op, first, last, state in held:

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.report.arena import ArenaMap
 from planner.report.data import ReportData
+from planner.report.matrix import ScheduleMatrix
+from planner.report.memory import MemoryCurve
 from planner.report.palette import (
     ARENA_COLOUR,
     BOUND_COLOUR,
@@ -26,6 +31,10 @@ from planner.report.palette import (
 )
 from schemas.errors import ArenaplanError
 
+if TYPE_CHECKING:  # matplotlib is imported at run time only by _pyplot (the optional extra)
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 DPI = 130
 
 
@@ -33,7 +42,7 @@ class MissingDependencyError(ArenaplanError):
     """PNG export was asked for but matplotlib is not installed."""
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
     except ImportError:
@@ -65,7 +74,7 @@ def export_pngs(data: ReportData, out_dir: str | Path) -> list[Path]:
     return written
 
 
-def _budget_lines(ax, budget: int, arena: int, bound: int, content: int) -> None:
+def _budget_lines(ax: Axes, budget: int, arena: int, bound: int, content: int) -> None:
     if budget and budget <= 1.6 * max(content, 1):
         ax.axhline(budget / 2**20, color=BUDGET_COLOUR, linestyle="--", linewidth=1.4,
                    label="budget")
@@ -75,7 +84,7 @@ def _budget_lines(ax, budget: int, arena: int, bound: int, content: int) -> None
                    label="live-bytes lower bound")
 
 
-def _memory_png(plt, curve, path: Path) -> Path:
+def _memory_png(plt: ModuleType, curve: MemoryCurve, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(12, 3.6))
     ends = [*curve.starts[1:], curve.n_steps]
     xs = np.column_stack([curve.starts, ends]).ravel()  # a step function: each span flat
@@ -95,7 +104,7 @@ def _memory_png(plt, curve, path: Path) -> Path:
     return _save(plt, fig, path)
 
 
-def _matrix_png(plt, matrix, path: Path) -> Path:
+def _matrix_png(plt: ModuleType, matrix: ScheduleMatrix, path: Path) -> Path:
     from matplotlib.colors import ListedColormap
 
     colours = ["#fafafa"] + [STATES[k][1] for k in sorted(STATES)]
@@ -119,7 +128,7 @@ def _matrix_png(plt, matrix, path: Path) -> Path:
     return _save(plt, fig, path)
 
 
-def _arena_png(plt, arena, path: Path) -> Path:
+def _arena_png(plt: ModuleType, arena: ArenaMap, path: Path) -> Path:
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
 
@@ -144,11 +153,11 @@ def _arena_png(plt, arena, path: Path) -> Path:
     return _save(plt, fig, path)
 
 
-def _legend_outside(ax) -> None:
+def _legend_outside(ax: Axes) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
-def _save(plt, fig, path: Path) -> Path:
+def _save(plt: ModuleType, fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
