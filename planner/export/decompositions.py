@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # torch is imported at run time through require_torch (the op
 torch = require_torch()
 aten = torch.ops.aten
 
+
 def _conv_weight_grad(
     inp: Tensor,
     grad_out: Tensor,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # torch is imported at run time through require_torch (the op
 
 torch = require_torch()
 
+
 def initial_state(spec: OptimizerSpec, params: list[Tensor]) -> tuple[list[Tensor], Tensor | None]:
     """Fresh optimizer state: per-parameter tensors (zeros, in `state_suffixes` order, parameter
     major) and Adam's step counter (0.0) or None."""
