@@ -57,7 +57,7 @@ def fixture_instances(order_time_limit: float = 5.0) -> list[BenchInstance]:
     """The buffers of each fixture's plan: real training-step lifetimes, persistent zone too."""
     from planner.pipeline import plan_model
     from schemas.plan import PlanRequest
-    from tests.fixture_zoo import fixture_names, model_path
+    from tests.support.fixture_zoo import fixture_names, model_path
 
     instances = []
     for name in fixture_names():

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from planner.ir.graph import load_graph  # noqa: E402
 from planner.order import optimize_order  # noqa: E402
-from tests.fixture_zoo import fixture_names, model_path  # noqa: E402
+from tests.support.fixture_zoo import fixture_names, model_path  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 

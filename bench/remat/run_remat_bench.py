@@ -41,7 +41,7 @@ from planner.queries import smallest_heuristic_budget  # noqa: E402
 from planner.remat import baselines  # noqa: E402
 from planner.remat.configure import configure  # noqa: E402
 from schemas.plan import PlanRequest  # noqa: E402
-from tests.fixture_zoo import REQUIRED, model_path  # noqa: E402
+from tests.support.fixture_zoo import REQUIRED, model_path  # noqa: E402
 
 HERE = Path(__file__).parent
 SHARES = (1.0, 0.75, 0.5)

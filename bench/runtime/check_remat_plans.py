@@ -5,7 +5,7 @@
 
 Issue 6's first "done when": for every fixture and for plans at 100% and 50% of the
 keep-everything peak and at the minimum feasible budget, all made by the real planner
-(tests/budget_plans.py: the pipeline, planner.queries.min_budget), `arenaplan run --check
+(tests/support/budget_plans.py: the pipeline, planner.queries.min_budget), `arenaplan run --check
 --steps 5` must give a max abs difference <= 1e-5 over every output of every step and the same
 5 losses as 5 reference steps. Each plan is run twice: through the CLI itself (segments of ops
 per session, the default) and through the executor with one session per op, the two ways the
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from run_runtime_bench import machine  # noqa: E402
 
-from tests.budget_plans import (  # noqa: E402
+from tests.support.budget_plans import (  # noqa: E402
     BUDGET_KINDS,
     TOLERANCE,
     WORKERS,
@@ -40,7 +40,7 @@ from tests.budget_plans import (  # noqa: E402
     plan_for_budget,
     recompute_count,
 )
-from tests.fixture_zoo import REQUIRED  # noqa: E402
+from tests.support.fixture_zoo import REQUIRED  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 

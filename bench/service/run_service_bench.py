@@ -37,8 +37,8 @@ import httpx  # noqa: E402
 
 from planner.version import PLANNER_VERSION  # noqa: E402
 from schemas.plan import Plan, PlanRequest, compute_plan_id  # noqa: E402
-from tests.fixture_zoo import model_path  # noqa: E402
-from tests.test_service_support import ServiceProcess, metric  # noqa: E402
+from tests.support.fixture_zoo import model_path  # noqa: E402
+from tests.support.service import ServiceProcess, metric  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 MODELS = ("mlp_sgd", "cnn_bn_momentum")

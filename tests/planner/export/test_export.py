@@ -1,0 +1,276 @@
+"""The torch training-step exporter (planner.export) and `arenaplan export-torch`.
+
+Every export here is checked against an eager torch step on the same values (dropout off):
+loss and every updated parameter / buffer / optimizer state within 1e-4; for Adam the moments
+and the update recomputed by torch.optim from the exported first moment (planner.export.verify
+says why raw Adam parameter updates are not comparable where gradients vanish).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+pytestmark = pytest.mark.export
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+
+from arenaplan.cli import main  # noqa: E402
+from planner.errors import InvalidInputError  # noqa: E402
+from planner.export import OptimizerSpec, export_training_graph  # noqa: E402
+from planner.export.decompositions import (  # noqa: E402
+    adaptive_avg_pool2d_backward,
+    convolution_backward,
+)
+from planner.export.verify import run_onnx  # noqa: E402
+from tests.support.fixture_zoo import FIXTURE_DIR  # noqa: E402
+
+TOL = 1e-4
+
+
+def _load_models():
+    spec = importlib.util.spec_from_file_location("arenaplan_fixture_models",
+                                                  FIXTURE_DIR / "models.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+models = _load_models()
+nn = torch.nn
+
+
+class TinyConvNet(nn.Module):
+    """Strided conv with bias, BatchNorm (running stats + num_batches_tracked), grouped conv,
+    max pool, non-trivial adaptive average pool, linear head: every decomposition we own."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 6, 3, padding=1, groups=2, bias=False)
+        self.pool = nn.AdaptiveAvgPool2d((3, 2))
+        self.head = nn.Linear(36, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2, ceil_mode=False)
+        return self.head(self.pool(x).flatten(1))
+
+
+def _tiny_example(seed: int = 0):
+    torch.manual_seed(seed)
+    model = TinyConvNet()
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 3, 14, 14, generator=gen)
+    y = torch.randint(0, 5, (4,), generator=gen)
+    return model, x, y
+
+
+_EXPORTS: dict[str, object] = {}
+
+
+def _export(name: str):
+    """One export per optimizer for the whole module (each takes a few seconds)."""
+    if name not in _EXPORTS:
+        model, x, y = _tiny_example()
+        lr = {"sgd": 0.1, "momentum": 0.05, "adam": 1e-3, "adamw": 1e-3}[name]
+        _EXPORTS[name] = export_training_graph(
+            model, (x,), y, "cross_entropy", OptimizerSpec(name, lr=lr), tolerance=None
+        )
+    return _EXPORTS[name]
+
+
+# --- decompositions, checked against torch's own autograd (no export) ---------------------
+
+@pytest.mark.parametrize(
+    "stride,padding,dilation,groups,transposed,size",
+    [
+        (1, 1, 1, 1, False, 7),
+        (2, 1, 1, 2, False, 8),   # stride that does not divide: weight grad must be cropped
+        (2, 0, 2, 1, False, 9),
+        (1, 2, 1, 3, False, 5),
+        (2, 1, 1, 1, True, 5),
+        (2, 0, 1, 2, True, 4),
+    ],
+)
+def test_convolution_backward_matches_autograd(stride, padding, dilation, groups, transposed,
+                                               size):
+    gen = torch.Generator().manual_seed(1)
+    cin, cout, k = 6, 6, 3
+    x = torch.randn(2, cin, size, size, generator=gen, dtype=torch.float64, requires_grad=True)
+    if transposed:
+        w = torch.randn(cin, cout // groups, k, k, generator=gen, dtype=torch.float64)
+        out_pad = [stride - 1] * 2 if stride > 1 else [0, 0]
+    else:
+        w = torch.randn(cout, cin // groups, k, k, generator=gen, dtype=torch.float64)
+        out_pad = [0, 0]
+    w.requires_grad_(True)
+    b = torch.randn(cout, generator=gen, dtype=torch.float64, requires_grad=True)
+    args = ([stride] * 2, [padding] * 2, [dilation] * 2, transposed, out_pad, groups)
+    y = torch.ops.aten.convolution(x, w, b, *args)
+    grad_out = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    expected = torch.autograd.grad(y, (x, w, b), grad_out)
+    got = convolution_backward(grad_out, x.detach(), w.detach(), [cout], *args,
+                               [True, True, True])
+    for e, g in zip(expected, got, strict=True):
+        assert g.shape == e.shape
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("in_hw,out_hw", [((7, 5), (3, 2)), ((6, 6), (1, 1)), ((8, 4), (4, 4))])
+def test_adaptive_avg_pool2d_backward_matches_autograd(in_hw, out_hw):
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, *in_hw, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.adaptive_avg_pool2d(x, out_hw)
+    grad_out = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    (expected,) = torch.autograd.grad(y, x, grad_out)
+    torch.testing.assert_close(adaptive_avg_pool2d_backward(grad_out, x.detach()), expected)
+
+
+# --- whole exports -----------------------------------------------------------------------
+
+def _assert_graph_contract(result):
+    model = result.model
+    assert model.ir_version == 10
+    assert not model.functions
+    onnx.checker.check_model(model)
+    onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    graph_inputs = [v.name for v in model.graph.input]
+    graph_outputs = [v.name for v in model.graph.output]
+    assert graph_inputs == list(result.input_kinds)
+    assert set(result.feeds) == set(graph_inputs)
+    assert graph_outputs[0] == result.loss_output == "loss"
+    assert sorted(graph_outputs[1:]) == sorted(result.updates.values())
+    for kind in ("data", "label", "parameter"):
+        assert result.input_names(kind)
+    assert set(result.input_names("parameter")) <= set(result.updates)
+    domains = {node.domain for node in model.graph.node}
+    assert domains <= {"", "ai.onnx"}
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adam", "adamw"])
+def test_export_matches_torch(name):
+    result = _export(name)
+    _assert_graph_contract(result)
+    assert result.max_abs_diff_loss <= TOL
+    assert result.max_abs_diff_updates <= TOL
+    assert set(result.update_diffs) == set(result.updates)
+    assert all(d <= TOL for d in result.update_diffs.values())
+    kinds = result.input_kinds
+    assert kinds["bn1.running_mean"] == kinds["bn1.num_batches_tracked"] == "buffer"
+    assert result.updates["bn1.running_var"] == "bn1.running_var.updated"
+    states = result.input_names("optimizer_state")
+    if name == "sgd":
+        assert states == []
+    elif name == "momentum":
+        assert "conv1.weight.momentum_buffer" in states
+    else:
+        assert {"conv1.weight.exp_avg", "conv1.weight.exp_avg_sq", "optimizer.step"} <= set(
+            states)
+    # The graph really trains: a second run from the updated values lowers the loss.
+    outputs = run_onnx(result.model, result.feeds)
+    second = run_onnx(result.model, result.advance(result.feeds, outputs))
+    assert float(second["loss"]) < float(outputs["loss"])
+
+
+def test_adam_consecutive_steps_use_the_step_counter():
+    result = _export("adamw")
+    feeds = result.feeds
+    for expected_step in (1.0, 2.0, 3.0):
+        outputs = run_onnx(result.model, feeds)
+        assert float(outputs["optimizer.step.updated"]) == expected_step
+        comparison = result.verify(feeds)  # torch.optim from the same state, same step
+        assert comparison.max_abs_diff_loss <= TOL
+        assert comparison.max_abs_diff_updates <= TOL
+        feeds = result.advance(feeds, outputs)
+
+
+def test_adam_with_dead_units_has_no_nan():
+    torch.manual_seed(0)
+    model = models.DeadUnitsMLP(in_features=8, hidden=16, classes=4, dead=6)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 8, generator=gen)
+    y = torch.randint(0, 4, (8,), generator=gen)
+    result = export_training_graph(model, (x,), y, "cross_entropy",
+                                   OptimizerSpec("adam", lr=1e-2), tolerance=TOL)
+    outputs = run_onnx(result.model, result.feeds)
+    for name, value in outputs.items():
+        assert np.isfinite(value).all(), name
+    # Dead rows have exactly zero gradient: zero first moment, parameters unchanged.
+    assert np.all(outputs["fc1.weight.exp_avg.updated"][:6] == 0)
+    np.testing.assert_array_equal(outputs["fc1.weight.updated"][:6],
+                                  result.feeds["fc1.weight"][:6])
+    assert not np.array_equal(outputs["fc1.weight.updated"][6:], result.feeds["fc1.weight"][6:])
+
+
+def test_bad_inputs_are_user_errors():
+    model, x, y = _tiny_example()
+    with pytest.raises(InvalidInputError, match="optimizer"):
+        OptimizerSpec("rmsprop")
+    with pytest.raises(InvalidInputError, match="failed on the example inputs"):
+        export_training_graph(model, (torch.randn(4, 5),), y, "cross_entropy",
+                              OptimizerSpec("sgd"))
+    with pytest.raises(InvalidInputError, match="scalar"):
+        export_training_graph(model, (x,), y, lambda out, lab: out.sum(1), OptimizerSpec("sgd"))
+
+
+# --- the command line --------------------------------------------------------------------
+
+def test_cli_export_torch_end_to_end(tmp_path, capsys):
+    out = tmp_path / "mlp.onnx"
+    code = main([
+        "export-torch", f"{FIXTURE_DIR / 'models.py'}:MLP", "--input-shape", "4,32",
+        "--loss", "cross_entropy", "--optimizer", "momentum", "--lr", "0.05",
+        "-o", str(out), "--sidecar",
+    ])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "ops" in printed and "max abs diff" in printed
+    model = onnx.load(out)
+    onnx.checker.check_model(model)
+    meta = json.loads((tmp_path / "mlp.json").read_text())
+    assert meta["optimizer"]["name"] == "momentum"
+    assert meta["op_count"] == len(model.graph.node)
+    assert meta["inputs"]["input"] == {"shape": [4, 32], "dtype": "float32", "kind": "data"}
+    assert meta["inputs"]["label"]["dtype"] == "int64"
+    assert meta["updates"]["fc1.weight.momentum_buffer"] == "fc1.weight.momentum_buffer.updated"
+    feeds = dict(np.load(tmp_path / "mlp.inputs.npz"))
+    assert set(feeds) == {v.name for v in model.graph.input}
+    assert feeds["label"].max() < 10
+    loss = run_onnx(model, feeds)[meta["loss_output"]]
+    assert float(loss) == pytest.approx(meta["reference_loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    "factory,message",
+    [
+        ("no_such_module_xyz:make", "cannot import module"),
+        ("missing_file.py:Net", "does not exist"),
+        (f"{FIXTURE_DIR / 'models.py'}:NoSuchFactory", "has no attribute"),
+        ("json:dumps", "failed"),
+        ("not-a-reference", "MODULE:FACTORY"),
+    ],
+)
+def test_cli_bad_factory_is_exit_2(tmp_path, capsys, factory, message):
+    code = main(["export-torch", factory, "--input-shape", "4,32", "-o",
+                 str(tmp_path / "m.onnx")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_cli_without_torch_says_what_to_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    code = main(["export-torch", f"{FIXTURE_DIR / 'models.py'}:MLP", "--input-shape", "4,32",
+                 "-o", str(tmp_path / "m.onnx")])
+    assert code == 2
+    assert "install arenaplan[export]" in capsys.readouterr().err

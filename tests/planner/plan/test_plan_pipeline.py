@@ -1,0 +1,137 @@
+"""The planning pipeline end to end on real fixtures, and the validator catching broken plans."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from arenaplan.cli import main
+from planner.errors import InfeasibleError
+from planner.ir.graph import load_graph
+from planner.pipeline import plan_model
+from planner.plan.validate import validate_plan
+from schemas.plan import ComputeStep, FreeStep, Plan, PlanRequest, compute_plan_id
+from tests.support.fixture_zoo import model_path
+
+GENEROUS = 2**40
+
+
+def plan_for(name: str, budget: int = GENEROUS, **options) -> Plan:
+    request = PlanRequest(budgets={"cpu": budget}, time_limit_s=options.pop("time_limit", 4),
+                          **options)
+    return plan_model(model_path(name), request)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return load_graph(model_path("cnn_bn_momentum")), plan_for("cnn_bn_momentum")
+
+
+@pytest.mark.parametrize("name", ["mlp_sgd", "cnn_bn_momentum", "gpt2_tiny_adam"])
+def test_fixture_plans_validate_and_report_their_arena(name):
+    graph = load_graph(model_path(name))
+    plan = plan_for(name)
+    report = validate_plan(graph, plan)
+    assert report.ok, report.errors
+    device = plan.devices[0]
+    assert device.lower_bound_bytes <= device.arena_bytes <= device.budget_bytes
+    assert max(report.live_bytes["cpu"]) <= device.arena_bytes
+    assert sum(isinstance(s, ComputeStep) for s in plan.steps) == len(graph.ops)
+    assert {r.phase for r in plan.solvers} == {"order", "layout"}
+    assert set(plan.graph_outputs) == {graph.tensors[t].name for t in graph.outputs}
+
+
+def test_plan_ids_are_deterministic_and_json_round_trips(cnn):
+    graph, plan = cnn
+    assert plan.plan_id == compute_plan_id(graph.model_sha256, plan.request, plan.planner_version)
+    again = Plan.model_validate_json(plan.model_dump_json())
+    assert again == plan
+    other = PlanRequest(budgets={"cpu": GENEROUS}, time_limit_s=5)
+    assert compute_plan_id(graph.model_sha256, other, plan.planner_version) != plan.plan_id
+
+
+def test_state_updates_are_in_place(cnn):
+    _, plan = cnn
+    aliases = [b for b in plan.buffers if b.alias_of]
+    assert aliases, "SGD momentum updates are elementwise: they should reuse the state's storage"
+    by_id = {b.id: b for b in plan.buffers}
+    for b in aliases:
+        assert by_id[b.alias_of].offset == b.offset
+        assert by_id[b.alias_of].zone == "persistent"
+
+
+def test_budget_below_the_arena_is_infeasible_with_the_size_to_ask_for(cnn):
+    _, plan = cnn
+    arena = plan.devices[0].arena_bytes
+    with pytest.raises(InfeasibleError) as info:
+        plan_for("cnn_bn_momentum", budget=arena // 2)
+    assert info.value.smallest_feasible is not None
+    assert str(info.value.smallest_feasible) in str(info.value)
+
+
+def test_cli_plan_writes_a_plan_and_exit_codes(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    model = str(model_path("mlp_sgd"))
+    assert main(["plan", model, "--budget", "cpu=1GiB", "--time-limit", "3", "-o", str(out)]) == 0
+    plan = Plan.model_validate(json.loads(out.read_text()))
+    assert plan.devices[0].budget_bytes == 2**30
+    assert main(["plan", model, "--budget", "cpu=1KiB", "--time-limit", "3", "-o",
+                 str(out)]) == 3
+    assert "ask for at least" in capsys.readouterr().err
+    assert main(["plan", model, "--budget", "tpu=1GiB", "-o", str(out)]) == 2
+    assert "unknown device 'tpu'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["plan", model, "--budget", "cpu=lots", "-o", str(out)])
+
+
+def _steps(plan: Plan) -> list:
+    return list(plan.steps)
+
+
+def test_validator_rejects_another_model(cnn):
+    _, plan = cnn
+    mlp = load_graph(model_path("mlp_sgd"))
+    assert "another model" in validate_plan(mlp, plan).errors[0]
+
+
+def test_validator_rejects_read_after_free(cnn):
+    graph, plan = cnn
+    steps = _steps(plan)
+    k = next(i for i, s in enumerate(steps) if isinstance(s, FreeStep)
+             and not any(b.preloaded for b in plan.buffers if b.id == s.buffer))
+    freed = steps[k].buffer
+    first_read = next(i for i, s in enumerate(steps) if isinstance(s, ComputeStep)
+                      and freed in s.inputs)
+    steps.insert(first_read, steps.pop(k))
+    broken = plan.model_copy(update={"steps": steps})
+    assert any("after it was freed" in e for e in validate_plan(graph, broken).errors)
+
+
+def test_validator_rejects_overlapping_buffers(cnn):
+    graph, plan = cnn
+    buffers = [b.model_copy() for b in plan.buffers]
+    transient = [b for b in buffers if b.zone == "transient" and b.alias_of is None]
+    a, b = next((x, y) for x in transient for y in transient
+                if x is not y and x.first_step <= y.last_step and y.first_step <= x.last_step
+                and x.offset != y.offset)
+    b.offset = a.offset
+    broken = plan.model_copy(update={"buffers": buffers})
+    assert any("overlap" in e for e in validate_plan(graph, broken).errors)
+
+
+def test_validator_rejects_a_budget_the_plan_exceeds(cnn):
+    graph, plan = cnn
+    request = plan.request.model_copy(update={"budgets": {"cpu": plan.devices[0].arena_bytes - 1}})
+    broken = plan.model_copy(update={"request": request})
+    assert any("exceeds its budget" in e for e in validate_plan(graph, broken).errors)
+
+
+def test_validator_rejects_a_missing_output(cnn):
+    graph, plan = cnn
+    loss = graph.tensors[graph.loss]
+    steps = [s for s in plan.steps
+             if not (isinstance(s, ComputeStep) and s.op_id == loss.producer)]
+    broken = plan.model_copy(update={"steps": steps})
+    errors = validate_plan(graph, broken).errors
+    assert any(f"graph output {loss.name} is not live" in e for e in errors)

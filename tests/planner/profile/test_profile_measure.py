@@ -1,0 +1,123 @@
+"""Profiling real training graphs on the CPU: every op gets a cost, and the costs add up to what
+ONNX Runtime takes for the whole graph."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from planner.ir.graph import load_graph
+from planner.profile import DEFAULT_POLICY, QUICK_POLICY, profile_graph
+from planner.profile.devices import session_options
+from tests.support.fixture_zoo import FIXTURE_DIR
+from tests.support.onnx_builders import make_model, tiny_momentum_step, value
+
+
+def fixture(name: str):
+    inputs = dict(np.load(FIXTURE_DIR / f"{name}.inputs.npz"))
+    return load_graph(FIXTURE_DIR / f"{name}.onnx"), inputs
+
+
+def whole_graph_seconds(path: Path, inputs: dict, threads: int = 1, budget_s: float = 1.0
+                        ) -> float:
+    """Fastest of repeated whole-graph runs: same session settings as the per-op sessions
+    (optimizations off, sequential, `threads` intra-op threads), inputs and outputs bound up
+    front (as the runtime binds its arenas). The fastest run is the one least disturbed by the
+    other processes sharing this machine."""
+    session = ort.InferenceSession(str(path), session_options(threads),
+                                   providers=["CPUExecutionProvider"])
+    binding = session.io_binding()
+    feeds = {i.name: inputs[i.name] for i in session.get_inputs()}
+    for name, array in feeds.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
+    for out, array in zip(session.get_outputs(), session.run(None, feeds), strict=True):
+        binding.bind_ortvalue_output(
+            out.name, ort.OrtValue.ortvalue_from_numpy(np.empty_like(array)))
+    for _ in range(3):
+        session.run_with_iobinding(binding)
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while time.perf_counter() < deadline or len(times) < 10:
+        start = time.perf_counter_ns()
+        session.run_with_iobinding(binding)
+        times.append((time.perf_counter_ns() - start) * 1e-9)
+    return min(times)
+
+
+@pytest.mark.parametrize("name", ["mlp_sgd", "cnn_bn_momentum"])
+def test_profile_covers_every_op_and_sums_to_the_whole_graph(name):
+    graph, inputs = fixture(name)
+    before = whole_graph_seconds(FIXTURE_DIR / f"{name}.onnx", inputs)
+    profile = profile_graph(graph, ["cpu"], inputs=inputs, cache=None)
+    after = whole_graph_seconds(FIXTURE_DIR / f"{name}.onnx", inputs)
+
+    assert profile.model_sha256 == graph.model_sha256
+    assert [o.op_id for o in profile.ops] == list(range(len(graph.ops)))
+    assert [o.op_type for o in profile.ops] == [op.op_type for op in graph.ops]
+    for entry in profile.ops:
+        cost = entry.costs["cpu"]
+        assert cost.source == "measured" and not entry.unsupported
+        assert cost.repeats >= DEFAULT_POLICY.min_repeats
+        assert 0 <= cost.median_seconds < 0.1 and cost.spread_seconds >= 0
+    assert profile.machine.threads == 1 and profile.timing.execution_mode == "sequential"
+    assert profile.copies == []  # CPU only: nothing to copy between
+    total = sum(o.costs["cpu"].median_seconds for o in profile.ops)
+    whole = min(before, after)
+    assert 0.5 <= total / whole <= 2.0, (total, before, after)
+
+
+def test_constant_and_all_constant_input_ops_get_a_cost():
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.FLOAT,
+                                                                          [2, 2], [1, 2, 3, 4])),
+        helper.make_node("Mul", ["c", "k"], ["ck"]),  # both inputs constant
+        helper.make_node("Add", ["x", "ck"], ["y"]),
+    ]
+    model = make_model(nodes, [value("x", [2, 2])], [value("y", [2, 2])],
+                       [helper.make_tensor("k", TensorProto.FLOAT, [], [3.0])])
+    profile = profile_graph(load_graph(model), cache=None, policy=QUICK_POLICY)
+    assert [o.op_type for o in profile.ops] == ["Constant", "Mul", "Add"]
+    for entry in profile.ops:
+        assert entry.costs["cpu"].source == "measured", entry
+
+
+def test_identical_ops_are_measured_once_and_workspace_is_reported():
+    graph = load_graph(tiny_momentum_step(), dims={"batch": 64})
+    profile = profile_graph(graph, cache=None, policy=QUICK_POLICY)
+    assert profile.cache.misses + profile.cache.deduplicated == len(graph.ops)
+    assert profile.cache.deduplicated >= 1  # "Mul by a scalar" of the same shape appears twice
+    graph, inputs = fixture("cnn_bn_momentum")
+    profile = profile_graph(graph, inputs=inputs, cache=None, policy=QUICK_POLICY)
+    assert any(o.costs["cpu"].workspace_bytes > 0 for o in profile.ops if o.op_type == "Conv")
+
+
+def test_threads_are_recorded_and_bad_thread_counts_refused():
+    from planner.errors import InvalidInputError
+
+    graph = load_graph(tiny_momentum_step(), dims={"batch": 4})
+    assert profile_graph(graph, threads=2, cache=None, policy=QUICK_POLICY).machine.threads == 2
+    with pytest.raises(InvalidInputError, match="threads"):
+        profile_graph(graph, threads=0, cache=None)
+
+
+def test_stopping_rule_stops_when_stable_and_at_the_cap():
+    from planner.profile.timing import TimingPolicy, sample_until_stable
+
+    policy = TimingPolicy(batch=5, min_repeats=10, max_repeats=100, max_seconds_per_op=5.0)
+    steady = sample_until_stable(lambda: 1e-3, policy)
+    assert steady.repeats == 15 and steady.median == 1e-3 and steady.spread == 0
+    noisy = iter(np.random.default_rng(0).choice([1e-3, 3e-3], size=1000))
+    capped = sample_until_stable(lambda: float(next(noisy)), policy)
+    assert capped.repeats <= policy.max_repeats and capped.spread > 0
+
+    def slow() -> float:
+        time.sleep(0.03)
+        return 0.03
+
+    short = TimingPolicy(batch=5, min_repeats=10, max_repeats=100, max_seconds_per_op=0.05)
+    assert sample_until_stable(slow, short).repeats == 3  # the cap, but never fewer than 3

@@ -1,0 +1,75 @@
+"""Plans with recomputation and plans over two arenas run and equal ONNX Runtime step by step."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.executor import ExecutorOptions, PlanExecutor
+from runtime.inputs import read_npz
+from runtime.model import read_model
+from runtime.reference import ReferenceSession, compare_outputs
+from schemas.plan import ComputeStep, CopyStep
+from tests.runtime.test_runtime_schedules import recompute_plan, two_device_plan
+from tests.support.fixture_zoo import FIXTURE_DIR, REQUIRED, model_path
+
+TOLERANCE = 1e-5
+FAST = ["mlp_sgd", "cnn_bn_momentum", "gpt2_tiny_adam"]
+SLOW = [n for n in REQUIRED if n not in FAST]
+
+
+def reference_diffs(name: str, plan, options: ExecutorOptions, steps: int = 5
+                    ) -> list[tuple[str, float]]:
+    """Per step, the output differing most from ONNX Runtime's whole-graph run and by how much
+    (the fixture's recorded inputs, state fed back on both sides)."""
+    model = read_model(model_path(name))
+    executor = PlanExecutor(model, plan, options=options)
+    reference = ReferenceSession(model, plan.state_updates)
+    values = read_npz(FIXTURE_DIR / f"{name}.inputs.npz", model)
+    executor.load_inputs(values)
+    reference.load_inputs(values)
+    worst_per_step = []
+    for _ in range(steps):
+        executor.step()
+        reference.step()
+        diffs = compare_outputs(executor.outputs(), reference.last)
+        worst = max(diffs, key=diffs.get)
+        worst_per_step.append((worst, diffs[worst]))
+    return worst_per_step
+
+
+def run_against_reference(name: str, plan, options: ExecutorOptions, steps: int = 5) -> None:
+    for step, (worst, diff) in enumerate(reference_diffs(name, plan, options, steps), 1):
+        assert diff <= TOLERANCE, f"step {step}: {worst} differs by {diff}"
+
+
+def _params(names):
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["segments", "per-op"])
+@pytest.mark.parametrize("name", _params(REQUIRED))
+def test_recompute_plans_match(name, fuse):
+    plan = recompute_plan(name)
+    assert any(isinstance(s, ComputeStep) and s.recompute for s in plan.steps)
+    run_against_reference(name, plan, ExecutorOptions(fuse=fuse))
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["segments", "per-op"])
+@pytest.mark.parametrize("name", _params(REQUIRED))
+def test_two_device_plans_match(name, fuse):
+    plan = two_device_plan(name)
+    buffers = {b.id: b for b in plan.buffers}
+    assert any(isinstance(s, CopyStep) and buffers[s.src].device != buffers[s.dst].device
+               for s in plan.steps)
+    run_against_reference(name, plan, ExecutorOptions(fuse=fuse))
+
+
+def test_two_device_plans_allocate_one_arena_per_device():
+    plan = two_device_plan("cnn_bn_momentum")
+    executor = PlanExecutor(model_path("cnn_bn_momentum"), plan)
+    assert executor.arena_bytes == {d.device: d.arena_bytes for d in plan.devices}
+    assert len({a.base_ptr for a in executor.arenas.values()}) == 2
+    # state lives on both devices: some updates are fed back into cpu:1's persistent zone
+    homes = {buffers.device for buffers in plan.buffers if buffers.id in
+             {plan.graph_inputs[s] for s in plan.state_updates}}
+    assert homes == {"cpu", "cpu:1"}
