@@ -11,7 +11,13 @@ kernels and no fused training-mode normalizations:
   convolution, weight gradient = a convolution of the input with the output gradient with batch
   and channel roles swapped (per group), bias gradient = a sum; transposed convolutions too;
 - our own `aten._adaptive_avg_pool2d_backward`: spread each output gradient evenly over its bin;
-- `aten.empty_permuted` -> `aten.empty` (only the memory layout differs, which ONNX has not).
+- `aten.empty_permuted` -> `aten.empty` (only the memory layout differs, which ONNX has not);
+- the backward of the fused CPU attention kernel (planner.export.attention) and of nearest and
+  linear upsampling (planner.export.resampling).
+
+Attention and recurrent layers also need the tracing context of planner.export.trace (math
+attention backend, no mkldnn RNN kernels): their fused kernels are picked above the level where
+this table applies.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from planner.export._deps import require_torch
+from planner.export.attention import attention_decompositions
+from planner.export.resampling import upsample_backward_decompositions
 
 if TYPE_CHECKING:  # torch is imported at run time through require_torch (the optional extra)
     from torch import Tensor
@@ -152,4 +160,6 @@ def training_decomposition_table() -> dict[Any, Callable[..., Any]]:
     table[aten.convolution_backward.default] = convolution_backward
     table[aten._adaptive_avg_pool2d_backward.default] = adaptive_avg_pool2d_backward
     table[aten.empty_permuted.default] = empty_permuted
+    table.update(attention_decompositions())
+    table.update(upsample_backward_decompositions())
     return table

@@ -9,12 +9,18 @@ into the differentiated function as a non-differentiated argument, so the in-pla
 captured instead of being refused as a mutation of a closed-over tensor.
 
 `make_fx` with the training decomposition table turns that function into an FX graph of ATen
-ops that the ONNX exporter can translate op by op.
+ops that the ONNX exporter can translate op by op. It traces inside `tracing_context()`: the math
+backend for scaled dot-product attention and no mkldnn kernels, so that attention and LSTM / GRU
+/ RNN layers are recorded as matmuls and elementwise ops (recurrences unrolled over the
+sequence) whose gradients autograd writes op by op; the fused kernels they replace have
+backward ops without ONNX translation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,10 +142,23 @@ def build_step(
     return step
 
 
+@contextlib.contextmanager
+def tracing_context() -> Iterator[None]:
+    """Math attention and no mkldnn RNN kernels while the step runs (see module doc)."""
+    from planner.export.attention import math_attention
+
+    with warnings.catch_warnings():
+        # Toggling mkldnn warns that oneDNN TF32 needs an Intel GPU: irrelevant here.
+        warnings.filterwarnings("ignore", message=".*TF32.*")
+        with math_attention(), torch.backends.mkldnn.flags(enabled=False):
+            yield
+
+
 def trace_step(step: Callable[..., Any], flat_args: Sequence[Any]) -> Any:
     """make_fx of the step with the training decomposition table: an FX GraphModule."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from planner.export.decompositions import training_decomposition_table
 
-    return make_fx(step, decomposition_table=training_decomposition_table())(*flat_args)
+    with tracing_context():
+        return make_fx(step, decomposition_table=training_decomposition_table())(*flat_args)

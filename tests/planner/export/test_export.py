@@ -23,10 +23,12 @@ pytest.importorskip("onnxscript")
 from arenaplan.cli import main  # noqa: E402
 from planner.errors import InvalidInputError  # noqa: E402
 from planner.export import OptimizerSpec, export_training_graph  # noqa: E402
+from planner.export.attention import flash_attention_for_cpu_backward  # noqa: E402
 from planner.export.decompositions import (  # noqa: E402
     adaptive_avg_pool2d_backward,
     convolution_backward,
 )
+from planner.export.resampling import upsample_backward_decompositions  # noqa: E402
 from planner.export.verify import run_onnx  # noqa: E402
 from tests.support.fixture_zoo import FIXTURE_DIR  # noqa: E402
 
@@ -43,6 +45,7 @@ def _load_models():
 
 
 models = _load_models()
+UPSAMPLE_BACKWARD = upsample_backward_decompositions()
 nn = torch.nn
 
 
@@ -132,6 +135,65 @@ def test_adaptive_avg_pool2d_backward_matches_autograd(in_hw, out_hw):
     grad_out = torch.randn(y.shape, generator=gen, dtype=torch.float64)
     (expected,) = torch.autograd.grad(y, x, grad_out)
     torch.testing.assert_close(adaptive_avg_pool2d_backward(grad_out, x.detach()), expected)
+
+
+@pytest.mark.parametrize("causal,mask", [(False, None), (True, None), (False, "bool"),
+                                         (False, "float")])
+def test_flash_attention_backward_matches_autograd(causal, mask):
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    attn_mask = None
+    if mask == "bool":
+        attn_mask = torch.rand(5, 5, generator=gen) > 0.3
+        attn_mask[:, 0] = True  # every row attends somewhere
+    elif mask == "float":
+        attn_mask = torch.randn(5, 5, generator=gen, dtype=torch.float64)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                                           is_causal=causal, scale=0.7)
+    grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    expected = torch.autograd.grad(out, (q, k, v), grad_out)
+    got = flash_attention_for_cpu_backward(grad_out, q.detach(), k.detach(), v.detach(),
+                                           out.detach(), None, 0.0, causal, attn_mask=attn_mask,
+                                           scale=0.7)
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize(
+    "mode,size,kwargs",
+    [
+        ("nearest", (7,), {"scale_factor": 2}),
+        ("nearest", (5, 6), {"size": (9, 13)}),
+        ("nearest-exact", (5, 6), {"scale_factor": 1.7}),
+        ("nearest", (3, 4, 5), {"size": (5, 8, 7)}),
+        ("linear", (6,), {"size": 11, "align_corners": True}),
+        ("bilinear", (5, 6), {"scale_factor": 2, "align_corners": False}),
+        ("bilinear", (5, 6), {"size": (3, 14), "align_corners": False}),
+        ("bilinear", (5, 6), {"scale_factor": 1.5, "align_corners": True}),
+        ("trilinear", (3, 4, 5), {"size": (6, 7, 9), "align_corners": False}),
+    ],
+)
+def test_upsample_backward_matches_autograd(mode, size, kwargs):
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, *size, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.interpolate(x, mode=mode, **kwargs)
+    grad_out = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    (expected,) = torch.autograd.grad(y, x, grad_out)
+    calls = []
+
+    class Record(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in UPSAMPLE_BACKWARD:
+                calls.append((func, args, kwargs or {}))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        torch.autograd.grad(torch.nn.functional.interpolate(x, mode=mode, **kwargs), x,
+                            grad_out)
+    ((func, args, call_kwargs),) = calls
+    got = UPSAMPLE_BACKWARD[func](*args, **call_kwargs)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
 # --- whole exports -----------------------------------------------------------------------
