@@ -8,13 +8,14 @@ with a 500 that hides the internals (no input is meant to get there; tests check
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from schemas.service import ApiError
+from schemas.service import ApiError, ErrorCode
 
 log = logging.getLogger("arenaplan.service")
 
@@ -22,8 +23,8 @@ log = logging.getLogger("arenaplan.service")
 class ApiProblem(Exception):
     """An error answer: HTTP status plus the ApiError body."""
 
-    def __init__(self, status: int, error: str, detail: str, headers: dict | None = None,
-                 **fields: object):
+    def __init__(self, status: int, error: ErrorCode, detail: str, headers: dict | None = None,
+                 **fields: Any) -> None:
         super().__init__(detail)
         self.status = status
         self.body = ApiError(error=error, detail=detail, **fields)
@@ -51,8 +52,10 @@ def failed_job_response(error: dict, status: int) -> JSONResponse:
     return error_response(status if 400 <= status < 500 else 409, stored_error(error))
 
 
-_STATUS_ERRORS = {401: "unauthorized", 404: "not_found", 413: "too_large",
-                  415: "unsupported_media_type", 429: "busy"}
+_STATUS_ERRORS: dict[int, ErrorCode] = {
+    401: "unauthorized", 404: "not_found", 413: "too_large", 415: "unsupported_media_type",
+    429: "busy",
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:

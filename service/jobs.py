@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
 from schemas.plan import PlanRequest
 from service.blobs import ModelBlobs
@@ -95,8 +97,8 @@ class WorkerProcess:
         self.index = index
         self.start_timeout_s = start_timeout_s
         self._ctx = multiprocessing.get_context("spawn")
-        self.process = None
-        self.conn = None
+        self.process: BaseProcess | None = None
+        self.conn: Connection | None = None
         self.ready = False
 
     def start(self) -> None:
@@ -127,6 +129,12 @@ class WorkerProcess:
     @property
     def alive(self) -> bool:
         return self.ready and self.process is not None and self.process.is_alive()
+
+    @property
+    def pipe(self) -> Connection:
+        """The connection to the solver process, which start() opened and kill() closes."""
+        assert self.conn is not None, f"solver process {self.index} is not running"
+        return self.conn
 
     @property
     def pid(self) -> int | None:
@@ -274,7 +282,7 @@ class JobRunner:
         log.info("job %s: attempt %d, time limit %.0f s", claim.plan_id, claim.attempts, limit)
         worker = slot.worker
         try:
-            worker.conn.send(("job", claim.plan_id, model_path, claim.request_json))
+            worker.pipe.send(("job", claim.plan_id, model_path, claim.request_json))
         except (OSError, ValueError):
             self._crashed(slot, claim)
             return
@@ -296,7 +304,7 @@ class JobRunner:
                 })
                 return
             try:
-                message = worker.conn.recv() if worker.conn.poll(min(remaining, 0.5)) else None
+                message = worker.pipe.recv() if worker.pipe.poll(min(remaining, 0.5)) else None
             except (EOFError, OSError):
                 self._crashed(slot, claim)
                 return

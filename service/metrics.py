@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # /metrics has never shown `*_created` series; the switch is process-wide in prometheus_client.
 disable_created_metrics()
@@ -82,17 +83,17 @@ class ServiceMetrics:
 class RequestMetricsMiddleware:
     """ASGI middleware: count every HTTP request by method, route template and status."""
 
-    def __init__(self, app, metrics: ServiceMetrics):
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
         self.app, self.metrics = app, metrics
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
         status = {"code": 500}
 
-        async def send_wrapper(message) -> None:
+        async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)

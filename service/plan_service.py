@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import overload
 
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
@@ -28,6 +29,14 @@ from service.store import JobView, QueueFullError, Store
 from service.upload import PlanUpload
 
 STORE_RECHECK_S = 1.0  # waiters re-read the store this often (jobs finished by other instances)
+
+
+@overload
+def _when(timestamp: float) -> datetime: ...
+
+
+@overload
+def _when(timestamp: None) -> None: ...
 
 
 def _when(timestamp: float | None) -> datetime | None:
@@ -79,7 +88,8 @@ class PlanService:
         deadline = loop.time() + wait_s
         with self.events.subscribe(plan_id) as finished:
             while True:
-                job = await run_in_threadpool(self.store.get, plan_id, None) or job
+                latest = await run_in_threadpool(self.store.get, plan_id, None)
+                job = latest or job
                 remaining = deadline - loop.time()
                 if job.final or remaining <= 0 or self.stopping.is_set():
                     return job
@@ -100,6 +110,7 @@ class PlanService:
         if job.state != "done":
             return await self._answer(job, url)
         plan_json = await run_in_threadpool(self.store.plan_json, job.plan_id)
+        assert plan_json is not None, "a done job has its plan"
         html = await run_in_threadpool(render_stored_report, plan_json,
                                        model_path(job.model_sha256))
         return HTMLResponse(html)

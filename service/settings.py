@@ -167,7 +167,7 @@ def read_api_keys_file(path: str | Path) -> dict[str, str]:
     return keys
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment (`ARENAPLAN_*`), then explicit overrides (None = unset).
 
     Overrides accept the field names of `Settings` (`db` a path or URL). Raises

@@ -15,20 +15,26 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Connection,
+    CursorResult,
+    Engine,
     Float,
     ForeignKey,
     Index,
     Integer,
+    Select,
     String,
     Text,
+    Update,
     create_engine,
     event,
     func,
@@ -38,6 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_column, sessionmaker
 
+from schemas.service import JobState
 from service.settings import sqlite_path
 
 PUBLIC_NAMESPACE = "public"
@@ -98,7 +105,7 @@ class JobView:
     plan_id: str
     model_sha256: str
     planner_version: str
-    state: str
+    state: JobState
     created_at: float
     started_at: float | None
     finished_at: float | None
@@ -118,7 +125,9 @@ class JobView:
     def of(row: JobRecord) -> JobView:
         return JobView(
             plan_id=row.plan_id, model_sha256=row.model_sha256,
-            planner_version=row.planner_version, state=row.state, created_at=row.created_at,
+            planner_version=row.planner_version,
+            state=cast(JobState, row.state),  # this module writes only the four states
+            created_at=row.created_at,
             started_at=row.started_at, finished_at=row.finished_at, attempts=row.attempts,
             progress=json.loads(row.progress_json) if row.progress_json else None,
             error=json.loads(row.error_json) if row.error_json else None,
@@ -147,6 +156,9 @@ class Submitted:
 class Recovered:
     requeued: list[str]
     failed: list[str]
+
+
+_Query = TypeVar("_Query", bound=Select[Any])  # a query of jobs, kept as precise as it came
 
 
 class QueueFullError(Exception):
@@ -228,9 +240,9 @@ class Store:
             row = session.get(JobRecord, plan_id)
             outcome = "existing"
             if row is None or (row.state == "failed" and row.retryable):
-                queued = session.scalar(
+                queued = session.execute(
                     select(func.count()).select_from(JobRecord).where(JobRecord.state == "queued")
-                )
+                ).scalar_one()
                 if queued >= max_queued:
                     raise QueueFullError(f"{queued} jobs are queued")
             if row is None:
@@ -255,7 +267,7 @@ class Store:
 
     # --- reads ------------------------------------------------------------------------------
 
-    def _visible(self, query, namespace: str | None):
+    def _visible(self, query: _Query, namespace: str | None) -> _Query:
         if namespace is None:
             return query
         return query.where(
@@ -310,20 +322,21 @@ class Store:
                 if row is None:
                     return None
                 now = time.time()
-                taken = session.execute(
+                taken = _changed_rows(
+                    session,
                     update(JobRecord)
                     .where(JobRecord.plan_id == row.plan_id, JobRecord.state == "queued")
                     .values(state="running", owner=owner, lease_until=now + lease_s,
                             started_at=now, attempts=JobRecord.attempts + 1,
                             progress_json=None, finished_at=None)
-                    .execution_options(synchronize_session=False)
-                ).rowcount
+                    .execution_options(synchronize_session=False),
+                )
                 if taken:
                     return Claim(row.plan_id, row.model_sha256, row.request_json,
                                  row.attempts + 1)
         return None
 
-    def heartbeat(self, owner: str, plan_ids: list[str], lease_s: float) -> None:
+    def heartbeat(self, owner: str, plan_ids: Sequence[str], lease_s: float) -> None:
         if not plan_ids:
             return
         with self._writing() as session:
@@ -356,26 +369,28 @@ class Store:
             values.update(state="failed", error_json=json.dumps(error),
                           error_status=error_status, retryable=retryable)
         with self._writing() as session:
-            return bool(session.execute(
+            return bool(_changed_rows(
+                session,
                 update(JobRecord)
                 .where(JobRecord.plan_id == plan_id, JobRecord.owner == owner,
                        JobRecord.state == "running")
-                .values(**values)
-            ).rowcount)
+                .values(**values),
+            ))
 
-    def release_owned(self, owner: str, plan_ids: list[str]) -> int:
+    def release_owned(self, owner: str, plan_ids: Sequence[str]) -> int:
         """Graceful shutdown: put this instance's running jobs back in the queue, uncounted."""
         if not plan_ids:
             return 0
         with self._writing() as session:
-            return session.execute(
+            return _changed_rows(
+                session,
                 update(JobRecord)
                 .where(JobRecord.plan_id.in_(plan_ids), JobRecord.owner == owner,
                        JobRecord.state == "running")
                 .values(state="queued", owner=None, lease_until=None,
                         attempts=JobRecord.attempts - 1,
-                        note="re-queued: the service stopped while it was solving")
-            ).rowcount
+                        note="re-queued: the service stopped while it was solving"),
+            )
 
     def recover(self, owner_is_gone: Callable[[str | None], bool], max_attempts: int) -> Recovered:
         """Re-queue running jobs whose instance is gone (lease expired or process dead).
@@ -413,18 +428,24 @@ class Store:
         return Recovered(requeued, failed)
 
 
+def _changed_rows(session: Session, statement: Update) -> int:
+    """Rows an UPDATE matched. `Session.execute` is typed as returning a plain Result; for an
+    UPDATE it is a CursorResult, which carries the count."""
+    return cast(CursorResult[Any], session.execute(statement)).rowcount
+
+
 def _phase(progress_json: str | None) -> str:
     if not progress_json:
         return "start"
     return str(json.loads(progress_json).get("phase", "start"))
 
 
-def _use_sqlite_wal_and_immediate_writes(engine) -> None:
+def _use_sqlite_wal_and_immediate_writes(engine: Engine) -> None:
     """WAL lets readers run beside the writer; writes take the lock up front (BEGIN IMMEDIATE)
     so two read-then-write transactions never deadlock on the upgrade."""
 
     @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection, _record) -> None:
+    def _connect(dbapi_connection: Any, _record: object) -> None:
         dbapi_connection.isolation_level = None  # transactions are begun below
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -433,6 +454,6 @@ def _use_sqlite_wal_and_immediate_writes(engine) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _begin(connection) -> None:
+    def _begin(connection: Connection) -> None:
         write = connection.get_execution_options().get("arenaplan_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

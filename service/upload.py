@@ -9,6 +9,7 @@ limits is refused before reading anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 from pydantic import ValidationError
@@ -21,6 +22,9 @@ from schemas.units import format_bytes
 from service.blobs import BlobWriter, ModelBlobs
 from service.errors import ApiProblem
 from service.settings import Settings
+
+if TYPE_CHECKING:  # python-multipart declares its callbacks' TypedDict for type checkers only
+    from python_multipart.multipart import MultipartCallbacks
 
 FIELDS_HINT = ("send multipart/form-data with two fields: 'model' (the ONNX file) and "
                "'request' (the PlanRequest JSON, see /docs)")
@@ -54,7 +58,7 @@ class _BodyReader:
         self.seen: set[str] = set()
         self.finished = False
 
-    def callbacks(self) -> dict:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self.on_part_begin, "on_header_field": self.on_header_field,
             "on_header_value": self.on_header_value, "on_header_end": self.on_header_end,

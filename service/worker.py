@@ -21,7 +21,12 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the planner is imported in the solver process only, once it has started
+    from schemas.plan import Plan, PlanRequest
 
 PARENT_POLL_S = 1.0
 
@@ -49,8 +54,8 @@ def worker_main(conn: Connection) -> None:
         conn.send(_solve(plan_model, PlanRequest, conn, plan_id, model_path, request_json))
 
 
-def _solve(plan_model, request_type, conn: Connection, plan_id: str, model_path: str,
-           request_json: str) -> tuple:
+def _solve(plan_model: Callable[..., Plan], request_type: type[PlanRequest], conn: Connection,
+           plan_id: str, model_path: str, request_json: str) -> tuple:
     lock = threading.Lock()  # solvers may report from their own threads
 
     def progress(phase: str, info: dict) -> None:

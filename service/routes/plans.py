@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
@@ -16,11 +17,11 @@ from service.upload import read_plan_upload
 
 router = APIRouter(tags=["plans"])
 
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ApiError, "description": "missing or unknown API key"},
     404: {"model": ApiError, "description": "no such plan visible to this key"},
 }
-FAILED = {
+FAILED: dict[int | str, dict[str, Any]] = {
     409: {"model": ApiError,
           "description": "no plan: infeasible budget (with smallest_feasible_bytes), time "
           "limit, solver crash or interruption"},
@@ -55,7 +56,7 @@ def _check_plan_id(plan_id: str) -> None:
                          "32 lowercase hex digits")
 
 
-def _url_of(request: Request):
+def _url_of(request: Request) -> Callable[[str], str]:
     return lambda plan_id: str(request.url_for("get_plan", plan_id=plan_id))
 
 
