@@ -1,10 +1,11 @@
 """Collect every benchmark's markdown table into bench/README.md, the one page of figures.
 
-    .venv/bin/python bench/collect_tables.py
+    .venv/bin/python -m bench.collect_tables
 
-Each benchmark lives in bench/NAME/ with a runner `run_NAME_bench.py` that writes results.json
-and results.md; this script only gathers the committed results.md files, so the page always
-shows what the last runs measured, with the command that regenerates each table.
+Each benchmark lives in bench/NAME/ with a runner module `bench.NAME.run_NAME_bench` (run from
+the repository root) that writes results.json and results.md; this script only gathers the
+committed results.md files, so the page always shows what the last runs measured, with the
+command that regenerates each table.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ SECTIONS = {
     "service": "Service: concurrent requests, cached-plan latency (issue 7)",
 }
 
-# Tables a bench writes besides its results.md: (title, table, runner), relative to bench/.
+# Tables a bench writes besides its results.md: (title, table relative to bench/, runner module).
 EXTRA = [
     ("Runtime: the real planner's plans at 100%, 50% and the minimum budget vs ONNX Runtime "
-     "(issue 6)", "runtime/remat_check.md", "runtime/check_remat_plans.py"),
+     "(issue 6)", "runtime/remat_check.md", "bench.runtime.check_remat_plans"),
 ]
 
 
@@ -35,18 +36,18 @@ def main() -> int:
         "# Benchmarks",
         "",
         "Every table below is written by the command above it (results.json beside it holds the",
-        "raw figures). Regenerate this page with `.venv/bin/python bench/collect_tables.py`.",
+        "raw figures). Regenerate this page with `.venv/bin/python -m bench.collect_tables`.",
         f"Machine of the committed runs: {platform.machine()}, 2 cores, 24 GiB, no GPU, shared",
         "with other work while measuring (timings are noisy; memory figures are exact).",
         "",
     ]
-    tables = [(title, BENCH / name / "results.md", BENCH / name / f"run_{name}_bench.py")
+    tables = [(title, BENCH / name / "results.md", f"bench.{name}.run_{name}_bench")
               for name, title in SECTIONS.items()]
-    tables += [(title, BENCH / results, BENCH / runner) for title, results, runner in EXTRA]
+    tables += [(title, BENCH / results, runner) for title, results, runner in EXTRA]
     for title, results, runner in tables:
         if not results.exists():
             continue
-        lines += [f"## {title}", "", f"`.venv/bin/python {runner.relative_to(BENCH.parent)}`", ""]
+        lines += [f"## {title}", "", f"`.venv/bin/python -m {runner}`", ""]
         lines += [results.read_text().rstrip(), ""]
     (BENCH / "README.md").write_text("\n".join(lines))
     print(f"wrote {BENCH / 'README.md'}")

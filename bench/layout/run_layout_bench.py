@@ -1,6 +1,6 @@
 """Layout benchmark: heuristics (greedy) vs the full planner (heuristics + CP-SAT).
 
-    .venv/bin/python bench/layout/run_layout_bench.py [--quick] [--time-limit 60] [--workers 1]
+    .venv/bin/python -m bench.layout.run_layout_bench [--quick] [--time-limit 60] [--workers 1]
 
 Writes bench/layout/results.json and bench/layout/results.md. Instances:
 - tight synthetic instances (100% packed by construction: the optimum equals the capacity and
@@ -22,12 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.layout.generators import tight_instance, training_trace  # noqa: E402
-from planner.layout import (  # noqa: E402
+from bench.layout.generators import tight_instance, training_trace
+from planner.layout import (
     Buffer,
     check_layout,
     heuristic_layout,

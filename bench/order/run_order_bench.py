@@ -1,6 +1,6 @@
 """Ordering benchmark: peak live bytes of the optimized order vs the file order (ONNX Runtime's).
 
-    .venv/bin/python bench/order/run_order_bench.py [--time-limit 20] [--fixtures NAME ...]
+    .venv/bin/python -m bench.order.run_order_bench [--time-limit 20] [--fixtures NAME ...]
 
 Writes bench/order/results.json and bench/order/results.md. For every fixture: the peak of the
 file order, of each heuristic, of the OLLA whole-graph model (where it runs) and of the windowed
@@ -17,12 +17,9 @@ import platform
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from planner.ir.graph import load_graph  # noqa: E402
-from planner.order import optimize_order  # noqa: E402
-from tests.support.fixture_zoo import fixture_names, model_path  # noqa: E402
+from planner.ir.graph import load_graph
+from planner.order import optimize_order
+from tests.support.fixture_zoo import fixture_names, model_path
 
 OUT = Path(__file__).resolve().parent
 

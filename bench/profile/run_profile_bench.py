@@ -1,7 +1,7 @@
 """Profiling benchmark: wall time of `profile_graph` per fixture with a cold and a warm cache,
 and how the per-op costs add up against a whole-graph ONNX Runtime run.
 
-    .venv/bin/python bench/profile/run_profile_bench.py [--fixtures mlp_sgd ...] [--threads 1]
+    .venv/bin/python -m bench.profile.run_profile_bench [--fixtures mlp_sgd ...] [--threads 1]
 
 Writes bench/profile/results.json and bench/profile/results.md (a markdown table). The cold run
 starts from an empty cache file; the warm run profiles the same model again with that cache.
@@ -28,15 +28,12 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from planner.ir.graph import load_graph
+from planner.profile import profile_graph
+from planner.profile.devices import session_options
+from planner.profile.machine import cpu_model
+from tests.support.fixture_zoo import FIXTURE_DIR
 
-from planner.ir.graph import load_graph  # noqa: E402
-from planner.profile import profile_graph  # noqa: E402
-from planner.profile.devices import session_options  # noqa: E402
-from planner.profile.machine import cpu_model  # noqa: E402
-
-FIXTURES = REPO / "tests" / "fixtures"
 OUT = Path(__file__).resolve().parent
 DEFAULT_FIXTURES = ("mlp_sgd", "cnn_bn_momentum", "unet_small", "resnet_cifar", "gpt2_tiny_adam",
                     "resnet18_narrow")
@@ -75,8 +72,8 @@ def whole_graph(path: Path, inputs: dict, threads: int, budget_s: float = 1.0
 
 
 def bench_fixture(name: str, threads: int) -> dict:
-    path = FIXTURES / f"{name}.onnx"
-    inputs = dict(np.load(FIXTURES / f"{name}.inputs.npz"))
+    path = FIXTURE_DIR / f"{name}.onnx"
+    inputs = dict(np.load(FIXTURE_DIR / f"{name}.inputs.npz"))
     graph = load_graph(path)
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "profile-cache.sqlite"
@@ -164,7 +161,7 @@ def main() -> int:
     }
     results = []
     for name in args.fixtures:
-        if not (FIXTURES / f"{name}.onnx").exists():
+        if not (FIXTURE_DIR / f"{name}.onnx").exists():
             print(f"skip {name}: no fixture", file=sys.stderr)
             continue
         result = bench_fixture(name, args.threads)

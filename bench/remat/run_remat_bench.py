@@ -7,7 +7,7 @@ its fragmentation retries, validator) and every baseline's schedule, replayed an
 built into a plan the validator checks. Overhead = predicted time / keep-everything time. Peaks
 and budgets count every buffer rounded up to the arena's 64-byte alignment.
 
-    python bench/remat/run_remat_bench.py [--fixtures a,b] [--time-limit S] [--workers N]
+    .venv/bin/python -m bench.remat.run_remat_bench [--fixtures a,b] [--time-limit S] [--workers N]
 
 Besides the fixture zoo it benches `resnet18_w16_b32` (bench/scale_models.py: the ResNet-18
 topology at batch 32), the issue's ">= 1,500 ops at 50% within 120 s" case: our planner gets
@@ -21,27 +21,23 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench.scale_models import SCALE_MODELS, scale_model_path  # noqa: E402
-from planner.errors import InfeasibleError  # noqa: E402
-from planner.ir.graph import load_graph  # noqa: E402
-from planner.order import optimize_order  # noqa: E402
-from planner.pipeline import plan_graph  # noqa: E402
-from planner.plan.builder import build_plan  # noqa: E402
-from planner.plan.validate import validate_plan  # noqa: E402
-from planner.profile import QUICK_POLICY, profile_graph  # noqa: E402
-from planner.profile.costs import costs_from_profile  # noqa: E402
-from planner.queries import smallest_heuristic_budget  # noqa: E402
-from planner.remat import baselines  # noqa: E402
-from planner.remat.configure import configure  # noqa: E402
-from schemas.plan import PlanRequest  # noqa: E402
-from tests.support.fixture_zoo import REQUIRED, model_path  # noqa: E402
+from bench.scale_models import SCALE_MODELS, scale_model_path
+from planner.errors import InfeasibleError
+from planner.ir.graph import load_graph
+from planner.order import optimize_order
+from planner.pipeline import plan_graph
+from planner.plan.builder import build_plan
+from planner.plan.validate import validate_plan
+from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.costs import costs_from_profile
+from planner.queries import smallest_heuristic_budget
+from planner.remat import baselines
+from planner.remat.configure import configure
+from schemas.plan import PlanRequest
+from tests.support.fixture_zoo import REQUIRED, model_path
 
 HERE = Path(__file__).parent
 SHARES = (1.0, 0.75, 0.5)

@@ -1,6 +1,6 @@
 """Real planner plans at 100%, 50% and the minimum budget, run in their arenas vs ONNX Runtime.
 
-    .venv/bin/python bench/runtime/check_remat_plans.py [--fixtures unet_small ...]
+    .venv/bin/python -m bench.runtime.check_remat_plans [--fixtures unet_small ...]
         [--kinds 100% 50% min] [--time-limit 60] [--min-time-limit 60]
 
 Issue 6's first "done when": for every fixture and for plans at 100% and 50% of the
@@ -26,12 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from run_runtime_bench import machine  # noqa: E402
-
-from tests.support.budget_plans import (  # noqa: E402
+from bench.runtime.run_runtime_bench import machine
+from tests.support.budget_plans import (
     BUDGET_KINDS,
     TOLERANCE,
     WORKERS,
@@ -40,7 +36,7 @@ from tests.support.budget_plans import (  # noqa: E402
     plan_for_budget,
     recompute_count,
 )
-from tests.support.fixture_zoo import REQUIRED  # noqa: E402
+from tests.support.fixture_zoo import REQUIRED
 
 OUT = Path(__file__).resolve().parent
 
@@ -130,7 +126,7 @@ def write_outputs(results: dict, out: Path) -> None:
     lines = [
         "# Real planner plans run in their arenas vs ONNX Runtime (issue 6)",
         "",
-        "`.venv/bin/python bench/runtime/check_remat_plans.py`",
+        "`.venv/bin/python -m bench.runtime.check_remat_plans`",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores (shared), onnxruntime {m['onnxruntime']}. "
         f"Planner: {s['workers']} workers, {s['time_limit']} s per plan, min_budget "

@@ -1,6 +1,6 @@
 """Runtime benchmark: memory and step time of a plan run in its arena vs ONNX Runtime's own.
 
-    .venv/bin/python bench/runtime/run_runtime_bench.py [--fixtures mlp_sgd ...] [--runs 3]
+    .venv/bin/python -m bench.runtime.run_runtime_bench [--fixtures mlp_sgd ...] [--runs 3]
 
 For each fixture: profile it (planner.profile, for the plan's predicted step time), plan it at
 100% budget (no pressure), then measure in fresh processes (one per measurement, `--runs` each,
@@ -41,10 +41,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from tests.support.fixture_zoo import FIXTURE_DIR
 
-FIXTURES = REPO / "tests" / "fixtures"
+REPO = Path(__file__).resolve().parents[2]  # the working directory of the worker processes
 OUT = Path(__file__).resolve().parent
 DEFAULT_FIXTURES = ("mlp_sgd", "cnn_bn_momentum", "unet_small", "resnet_cifar", "gpt2_tiny_adam",
                     "resnet18_narrow")
@@ -195,8 +194,8 @@ def ort_arena_stats(model_path: str, inputs_path: str) -> dict:
 
 def spawn(*args: str) -> dict:
     result = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False,
+        [sys.executable, "-m", __spec__.name, *args], capture_output=True, text=True, cwd=REPO,
+        check=False,
     )
     if result.returncode != 0:
         raise RuntimeError(f"worker {args[:2]} failed:\n{result.stderr[-3000:]}")
@@ -211,9 +210,9 @@ def plan_fixture(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
     from planner.profile import QUICK_POLICY, profile_graph
     from schemas.plan import PlanRequest
 
-    model = FIXTURES / f"{name}.onnx"
+    model = FIXTURE_DIR / f"{name}.onnx"
     graph = load_graph(model)
-    inputs = dict(np.load(FIXTURES / f"{name}.inputs.npz"))
+    inputs = dict(np.load(FIXTURE_DIR / f"{name}.inputs.npz"))
     started = time.perf_counter()
     profile = profile_graph(graph, inputs=inputs, cache=None, policy=QUICK_POLICY)
     profile_s = time.perf_counter() - started
@@ -239,8 +238,8 @@ def plan_fixture(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
 
 def bench_fixture(name: str, args, tmp: Path) -> dict:
     plan_path, row = plan_fixture(name, args.time_limit, tmp)
-    model = str(FIXTURES / f"{name}.onnx")
-    inputs = str(FIXTURES / f"{name}.inputs.npz")
+    model = str(FIXTURE_DIR / f"{name}.onnx")
+    inputs = str(FIXTURE_DIR / f"{name}.inputs.npz")
     memory = {}
     for mode in MEMORY_MODES:
         runs = [spawn("--worker-memory", mode, model, str(plan_path), inputs, str(args.steps))

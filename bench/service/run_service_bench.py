@@ -1,6 +1,6 @@
 """Service load check: concurrent POST /plan (cached and new) against a real server on loopback.
 
-    .venv/bin/python bench/service/run_service_bench.py [--workers 2] [--concurrent 50]
+    .venv/bin/python -m bench.service.run_service_bench [--workers 2] [--concurrent 50]
 
 Starts `arenaplan serve` on 127.0.0.1 (a free port, a fresh SQLite file in a temporary folder),
 then, all bounded in count and time:
@@ -30,15 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+import httpx
 
-import httpx  # noqa: E402
-
-from planner.version import PLANNER_VERSION  # noqa: E402
-from schemas.plan import Plan, PlanRequest, compute_plan_id  # noqa: E402
-from tests.support.fixture_zoo import model_path  # noqa: E402
-from tests.support.service import ServiceProcess, metric  # noqa: E402
+from planner.version import PLANNER_VERSION
+from schemas.plan import Plan, PlanRequest, compute_plan_id
+from tests.support.fixture_zoo import model_path
+from tests.support.service import ServiceProcess, metric
 
 OUT = Path(__file__).resolve().parent
 MODELS = ("mlp_sgd", "cnn_bn_momentum")
