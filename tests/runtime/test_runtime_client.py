@@ -11,8 +11,8 @@ import pytest
 from arenaplan.cli import main
 from runtime.client import API_KEY_ENV, fetch_plan
 from runtime.errors import PlanFetchError, PlanNotFoundError, PlanNotReadyError
-from tests.runtime.test_runtime_schedules import full_budget_plan
 from tests.support.fixture_zoo import model_path
+from tests.support.runtime_plans import full_budget_plan
 
 KEY = "s3cret"
 

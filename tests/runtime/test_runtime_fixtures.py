@@ -17,15 +17,11 @@ from runtime.executor import ExecutorOptions, PlanExecutor
 from runtime.inputs import read_npz
 from runtime.model import read_model
 from runtime.reference import ReferenceSession, compare_outputs
-from tests.runtime.test_runtime_schedules import full_budget_plan
-from tests.support.fixture_zoo import FIXTURE_DIR, REQUIRED, model_path, sidecar
+from tests.support.fixture_zoo import REQUIRED, inputs_path, model_path, sidecar
+from tests.support.reference import TOLERANCE
+from tests.support.runtime_plans import full_budget_plan
 
-TOLERANCE = 1e-5
 STEPS = 5
-
-
-def inputs_path(name: str):
-    return FIXTURE_DIR / f"{name}.inputs.npz"
 
 
 def run_cli_json(capsys, *argv: str) -> tuple[int, dict]:

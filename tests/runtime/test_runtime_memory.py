@@ -26,8 +26,8 @@ from runtime.measure import PeakGrowth
 from runtime.model import read_model
 from runtime.segments import CopyUnit, Segment
 from schemas.plan import ComputeStep, CopyStep
-from tests.runtime.test_runtime_schedules import full_budget_plan, recompute_plan, two_device_plan
 from tests.support.fixture_zoo import FIXTURE_DIR, model_path
+from tests.support.runtime_plans import full_budget_plan, recompute_plan, two_device_plan
 
 POISON = 0xFF
 

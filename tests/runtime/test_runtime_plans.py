@@ -5,36 +5,13 @@ from __future__ import annotations
 import pytest
 
 from runtime.executor import ExecutorOptions, PlanExecutor
-from runtime.inputs import read_npz
-from runtime.model import read_model
-from runtime.reference import ReferenceSession, compare_outputs
 from schemas.plan import ComputeStep, CopyStep
-from tests.runtime.test_runtime_schedules import recompute_plan, two_device_plan
-from tests.support.fixture_zoo import FIXTURE_DIR, REQUIRED, model_path
+from tests.support.fixture_zoo import REQUIRED, model_path
+from tests.support.reference import TOLERANCE, reference_diffs
+from tests.support.runtime_plans import recompute_plan, two_device_plan
 
-TOLERANCE = 1e-5
 FAST = ["mlp_sgd", "cnn_bn_momentum", "gpt2_tiny_adam"]
 SLOW = [n for n in REQUIRED if n not in FAST]
-
-
-def reference_diffs(name: str, plan, options: ExecutorOptions, steps: int = 5
-                    ) -> list[tuple[str, float]]:
-    """Per step, the output differing most from ONNX Runtime's whole-graph run and by how much
-    (the fixture's recorded inputs, state fed back on both sides)."""
-    model = read_model(model_path(name))
-    executor = PlanExecutor(model, plan, options=options)
-    reference = ReferenceSession(model, plan.state_updates)
-    values = read_npz(FIXTURE_DIR / f"{name}.inputs.npz", model)
-    executor.load_inputs(values)
-    reference.load_inputs(values)
-    worst_per_step = []
-    for _ in range(steps):
-        executor.step()
-        reference.step()
-        diffs = compare_outputs(executor.outputs(), reference.last)
-        worst = max(diffs, key=diffs.get)
-        worst_per_step.append((worst, diffs[worst]))
-    return worst_per_step
 
 
 def run_against_reference(name: str, plan, options: ExecutorOptions, steps: int = 5) -> None:

@@ -22,8 +22,8 @@ from runtime.executor import PlanExecutor
 from runtime.plan_io import parse_plan
 from schemas.errors import ArenaplanError
 from schemas.plan import ComputeStep, FreeStep, Plan
-from tests.runtime.test_runtime_schedules import full_budget_plan
 from tests.support.fixture_zoo import FIXTURE_DIR, model_path
+from tests.support.runtime_plans import full_budget_plan
 
 NAME = "mlp_sgd"
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.planner.remat.test_remat_fixtures import _private_profile_cache  # noqa: F401 - autouse fixture
 from tests.support.budget_plans import check_run, plan_for_budget, recompute_count
+
+pytestmark = pytest.mark.usefixtures("private_profile_cache")
 
 # (fixture, budget kind, planner time limit, plan must recompute)
 CASES = [

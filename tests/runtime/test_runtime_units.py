@@ -20,8 +20,8 @@ from runtime.reference import ReferenceSession, compare_outputs, max_abs_diff
 from runtime.segments import CopyUnit, Segment, group_steps
 from runtime.transfer import Transfers, host_place
 from schemas.plan import BufferSpec, ComputeStep, CopyStep, FreeStep, PlanRequest
-from tests.runtime.test_runtime_schedules import GENEROUS, full_budget_plan
 from tests.support.fixture_zoo import FIXTURE_DIR, model_path
+from tests.support.runtime_plans import GENEROUS, full_budget_plan
 
 no_gpu = cuda_device_error(0) is not None
 

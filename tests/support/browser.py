@@ -1,8 +1,9 @@
 """Headless Chromium for the report's browser tests (Debian's chromium + chromium-driver, driven
 by selenium), and what those tests read back from a rendered page. No test here.
 
-When the browser is missing `start_chromium` installs it (`make browser-deps`, apt) and skips,
-saying why, when that is not possible: Playwright's own browser download does not work here.
+Tests never install packages: `make browser-deps` (run by `.ci/run`) installs the browser, and
+without it `start_chromium` skips the test, saying what is missing and how to get it.
+Playwright's own browser download does not work here, hence Debian's packages.
 Screenshots and pages are kept under test-artifacts/report/ (git-ignored): the folder for CI to
 keep as its artifacts.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -42,33 +42,20 @@ def _find_browser() -> tuple[str | None, str | None]:
     return browser, shutil.which("chromedriver")
 
 
-def _install_browser() -> str:
-    """Run `make browser-deps`; returns its output's tail for a skip message."""
-    if shutil.which("make") is None or not (REPO / "Makefile").exists():
-        return "make is not available to run `make browser-deps`"
-    try:
-        done = subprocess.run(["make", "-s", "-C", str(REPO), "browser-deps"],
-                              capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        return "`make browser-deps` timed out"
-    return (done.stdout + done.stderr).strip()[-400:]
-
-
 def start_chromium(profile_dir: Path):
-    """A headless Chromium WebDriver keeping the console log; skips the test when none can be
-    had. The caller quits it."""
+    """A headless Chromium WebDriver keeping the console log; skips the test when Chromium or
+    its driver is not installed. The caller quits it."""
     webdriver = pytest.importorskip(
         "selenium.webdriver", reason="selenium is not installed: pip install -e '.[dev]'")
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
     chromium, driver_path = _find_browser()
-    if chromium is None or driver_path is None:
-        output = _install_browser()
-        chromium, driver_path = _find_browser()
-        if chromium is None or driver_path is None:
-            pytest.skip("headless Chromium is needed (Debian packages chromium and "
-                        f"chromium-driver) and could not be installed: {output}")
+    missing = [name for name, path in (("Chromium (" + " or ".join(BROWSERS) + ")", chromium),
+                                       ("chromedriver", driver_path)) if path is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not found on PATH: run `make browser-deps` "
+                    "(Debian packages chromium and chromium-driver) to run the browser tests")
     options = Options()
     options.binary_location = chromium
     for flag in CHROMIUM_FLAGS:

@@ -23,14 +23,13 @@ from pathlib import Path
 from planner.errors import InfeasibleError
 from planner.ir.graph import load_graph
 from planner.memory.liveness import order_lower_bound
+from planner.order import optimize_order
 from planner.pipeline import plan_model
 from planner.queries import min_budget
 from runtime.executor import ExecutorOptions
 from schemas.plan import ComputeStep, Plan, PlanRequest
-from tests.planner.remat.test_remat_fixtures import keep_all_peak
-from tests.runtime.test_runtime_fixtures import inputs_path
-from tests.runtime.test_runtime_plans import TOLERANCE, reference_diffs
-from tests.support.fixture_zoo import model_path
+from tests.support.fixture_zoo import inputs_path, model_path
+from tests.support.reference import TOLERANCE, reference_diffs
 
 SHARES = {"100%": 1.0, "50%": 0.5}
 BUDGET_KINDS = (*SHARES, "min")
@@ -53,6 +52,11 @@ class BudgetPlan:
     proven: bool = False  # refused below the proven lower bound: nothing to run
     seconds: float = 0.0  # planning time, replanning at smallest_feasible included
     notes: list[str] = field(default_factory=list)
+
+
+def keep_all_peak(graph) -> int:
+    """The heuristic order's peak without recomputation: the 100% every budget share is of."""
+    return optimize_order(graph, use_solver=False).peak_bytes
 
 
 def recompute_count(plan: Plan) -> int:

@@ -22,3 +22,7 @@ def sidecar(name: str) -> dict:
 
 def model_path(name: str) -> Path:
     return FIXTURE_DIR / sidecar(name)["onnx"]
+
+
+def inputs_path(name: str) -> Path:
+    return FIXTURE_DIR / f"{name}.inputs.npz"

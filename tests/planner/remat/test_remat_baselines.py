@@ -17,7 +17,7 @@ from planner.remat import baselines
 from planner.remat.configure import configure
 from planner.remat.rematerialize import plan_remat
 from schemas.plan import ComputeStep, PlanRequest
-from tests.planner.remat.test_remat_chain import chain_json
+from tests.support.chains import chain_json
 from tests.support.fixture_zoo import model_path
 
 

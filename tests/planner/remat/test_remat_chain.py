@@ -26,28 +26,9 @@ from planner.remat.linear import solve_cpsat
 from planner.remat.model import RematModel
 from planner.remat.problem import RematOptions, build_problem
 from schemas.plan import ComputeStep, PlanRequest
+from tests.support.chains import chain_json
 
 EXACT = RematOptions(window="any", just_in_time=False, memory_unit=1, time_unit=1.0)
-
-
-def chain_json(rng: random.Random, n: int, sizes=None) -> dict:
-    """f0 (input) -> f1..fn; b(n+1) (input) -> bn..b0, b_i reading f_i and b_(i+1)."""
-
-    def size() -> int:
-        return sizes if sizes is not None else rng.randint(1, 8)
-
-    nodes = [{"id": "f0", "input": True, "cost_ram": size()}]
-    links = []
-    for layer in range(1, n + 1):
-        nodes.append({"id": f"f{layer}", "cost_cpu": rng.randint(1, 9), "cost_ram": size()})
-        links.append({"source": f"f{layer - 1}", "target": f"f{layer}"})
-    nodes.append({"id": f"b{n + 1}", "input": True, "backward": True, "cost_ram": size()})
-    for i in range(n, -1, -1):
-        nodes.append({"id": f"b{i}", "cost_cpu": rng.randint(1, 9), "cost_ram": size(),
-                      "backward": True})
-        links += [{"source": f"f{i}", "target": f"b{i}"},
-                  {"source": f"b{i + 1}", "target": f"b{i}"}]
-    return {"nodes": nodes, "links": links}
 
 
 def both_optima(data: dict, budget: int):

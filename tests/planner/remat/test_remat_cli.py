@@ -13,7 +13,7 @@ from planner.ir.graph_json import read_graph_json
 from planner.memory.liveness import order_lower_bound
 from planner.plan.validate import validate_plan
 from schemas.plan import Plan
-from tests.planner.remat.test_remat_chain import chain_json
+from tests.support.chains import chain_json
 from tests.support.fixture_zoo import model_path
 from tests.support.onnx_builders import tiny_momentum_step
 

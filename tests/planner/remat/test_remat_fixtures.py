@@ -10,24 +10,17 @@ import pytest
 from planner.errors import InfeasibleError
 from planner.ir.graph import load_graph
 from planner.memory.liveness import order_lower_bound
-from planner.order import optimize_order
 from planner.pipeline import plan_model
 from planner.plan.validate import validate_plan
 from planner.queries import min_budget
 from schemas.plan import ComputeStep, PlanRequest
+from tests.support.budget_plans import keep_all_peak
 from tests.support.fixture_zoo import model_path
+
+pytestmark = pytest.mark.usefixtures("private_profile_cache")
 
 FAST = ("mlp_sgd", "cnn_bn_momentum")
 SLOW = ("unet_small", "resnet_cifar", "gpt2_tiny_adam", "resnet18_narrow")
-
-
-@pytest.fixture(autouse=True)
-def _private_profile_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
-def keep_all_peak(graph) -> int:
-    return optimize_order(graph, use_solver=False).peak_bytes
 
 
 def check_plan_or_refusal(name: str, share: float, time_limit: float) -> str:

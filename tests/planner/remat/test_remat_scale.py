@@ -17,7 +17,7 @@ from planner.ir.graph import load_graph
 from planner.pipeline import plan_model
 from planner.plan.validate import validate_plan
 from schemas.plan import ComputeStep, PlanRequest
-from tests.planner.remat.test_remat_fixtures import keep_all_peak
+from tests.support.budget_plans import keep_all_peak
 
 pytestmark = pytest.mark.scale
 

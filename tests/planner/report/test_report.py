@@ -17,8 +17,8 @@ from planner.plan.validate import validate_plan
 from planner.report import ReportInputError, ReportLimits, build_report_data, render_report_html
 from planner.report.palette import COMPUTED, KEPT, RECOMPUTE
 from schemas.plan import ComputeStep, CopyStep, PlanRequest
-from tests.planner.report.test_report_plans import HOME, SECOND, remat_plan
 from tests.support.fixture_zoo import model_path
+from tests.support.report_plans import HOME, SECOND, remat_plan
 
 
 @pytest.fixture(scope="module")

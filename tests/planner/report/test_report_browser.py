@@ -1,12 +1,12 @@
 """The report in a real browser: headless Chromium (Debian's chromium + chromium-driver) via
 selenium renders the page of a plan with recomputations and copies (a hand-made schedule, quick
-to build, tests/planner/report/test_report_plans.py), with no console error, no network fetch, every figure
+to build, tests/support/report_plans.py), with no console error, no network fetch, every figure
 present, sized and non-empty, and a working step list and tooltip. The real solver's plan is
-checked the same way, and served by the service, in tests/planner/report/test_report_solver_plan.py (slow).
+checked the same way, and served by the service, in test_report_solver_plan.py (slow).
 
 A full-page screenshot is kept as a test artifact (test-artifacts/report/, git-ignored) and its
-path printed. When the browser is missing the test installs it (`make browser-deps`, apt) and
-skips, saying why, when that is not possible (tests/support/browser.py).
+path printed. Without Chromium and chromedriver (`make browser-deps` installs them) the test
+skips and says so (tests/support/browser.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pytest
 
 from planner.report import render_report_html
 from schemas.plan import ComputeStep
-from tests.planner.report.test_report_plans import remat_plan
 from tests.support.browser import (
     ARTIFACTS,
     PNG_MAGIC,
@@ -27,6 +26,7 @@ from tests.support.browser import (
     save_screenshot,
     start_chromium,
 )
+from tests.support.report_plans import remat_plan
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from planner.report import build_report_data
 from planner.report.figures import MARK
 from planner.report.palette import RECOMPUTE
 from schemas.plan import ComputeStep, Plan
-from tests.planner.remat.test_remat_fixtures import keep_all_peak
 from tests.support.browser import (
     ARTIFACTS,
     PNG_MAGIC,
@@ -35,6 +34,7 @@ from tests.support.browser import (
     save_screenshot,
     start_chromium,
 )
+from tests.support.budget_plans import keep_all_peak
 from tests.support.fixture_zoo import model_path
 from tests.support.service import ServiceProcess, get, request_json, submit, wait_for
 
