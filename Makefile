@@ -53,8 +53,8 @@ schemas: $(STAMP_RUN)
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache
 
-# Headless Chromium and its WebDriver for the report's browser test (tests/test_report_browser.py),
-# from Debian packages (root, or sudo). Does nothing when both are already installed.
+# Headless Chromium and its WebDriver for the report's browser tests (tests/planner/report/, which
+# skip without them), from Debian packages (root, or sudo). Does nothing when both are installed.
 .PHONY: browser-deps
 browser-deps:
 	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \

@@ -145,7 +145,7 @@ def solve_cpsat(
         params.interleave_search = True  # deterministic with several workers
     # CP-SAT 9.15's presolve wrongly cut every optimum of some remat models (chains where it
     # proved 83 optimal while 75 is feasible): solution-removing reductions (dominance), probing
-    # and inclusion detection each did it once; they stay off (tests/test_remat_chain.py).
+    # and inclusion detection each did it once; they stay off (test_remat_chain.py).
     params.keep_all_feasible_solutions_in_presolve = True
     params.cp_model_probing_level = 0
     params.presolve_inclusion_work_limit = 0
