@@ -1,8 +1,9 @@
 """`export_training_graph`: a torch module, a loss and an optimizer in; one ONNX training step out.
 
-Steps: prepare a private copy of the module (training mode, dropout replaced by Identity,
-in-place activations off), run it once eagerly to learn which buffers the forward pass mutates
-and that the loss is a scalar, trace the functional training step (planner.export.trace), export
+Steps: prepare a private copy of the module (training mode, in-place activations off; dropout
+stays, its masks are drawn inside the graph by seeded random ops, planner.export.randomness),
+run it once eagerly to learn which buffers the forward pass mutates and that the loss is a
+scalar, trace the functional training step (planner.export.trace), export
 and clean the ONNX graph (planner.export.onnx_graph), then verify it against an eager torch step
 (planner.export.verify).
 """
@@ -29,24 +30,12 @@ class ExportFailedError(InvalidInputError):
     """The model could not be turned into a correct ONNX training graph."""
 
 
-_DROPOUT_TYPES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
-                  nn.FeatureAlphaDropout)
-
-
 def prepare_module(model: Any) -> Any:
-    """A private copy in training mode with dropout modules replaced by Identity and every
-    `inplace` flag off (functional transforms and export want out-of-place ops).
-
-    Dropout called functionally inside `forward` (F.dropout) cannot be switched off here;
-    such a model fails verification instead.
-    """
+    """A private copy in training mode with every `inplace` flag off (functional transforms and
+    export want out-of-place ops)."""
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
     work = copy.deepcopy(model)
-    for parent in list(work.modules()):
-        for child_name, child in list(parent.named_children()):
-            if isinstance(child, _DROPOUT_TYPES):
-                setattr(parent, child_name, nn.Identity())
     for module in work.modules():
         if isinstance(getattr(module, "inplace", None), bool):
             module.inplace = False
@@ -136,7 +125,8 @@ def export_training_graph(
 ) -> ExportResult:
     """Export one training step (forward + backward + optimizer update) as a flat ONNX graph.
 
-    model: an nn.Module (not modified: a copy is traced, in training mode, dropout off).
+    model: an nn.Module (not modified: a copy is traced, in training mode; dropout masks are
+        drawn inside the graph and verification replays them in torch).
     example_inputs: the positional inputs of `model(...)`; their shapes are baked in.
     example_labels: what `loss_fn(model_output, *labels)` takes besides the output.
     loss_fn: a callable returning a scalar, or a name from planner.export.losses.
@@ -152,6 +142,7 @@ def export_training_graph(
     from planner.export import onnx_graph
     from planner.export.losses import loss_by_name
     from planner.export.optimizers import initial_state
+    from planner.export.randomness import seed_random_nodes
     from planner.export.trace import build_step, make_layout, trace_step
     from planner.export.verify import compare_with_torch
 
@@ -202,6 +193,7 @@ def export_training_graph(
         ) from exc
     onnx_graph.rename_io(proto, names, layout.output_names())
     proto.graph.name = type(model).__name__
+    seed_random_nodes(proto)
     proto = onnx_graph.finalize(proto)
 
     comparison = compare_with_torch(proto, work, loss_fn, optimizer, layout, feeds)
@@ -228,7 +220,6 @@ def export_training_graph(
             raise ExportFailedError(
                 f"the exported graph does not match torch: loss diff "
                 f"{result.max_abs_diff_loss:.3g}, worst updates {bad[:3]} (tolerance "
-                f"{tolerance:g}); dropout called functionally or randomness in forward() "
-                "cannot be exported"
+                f"{tolerance:g})"
             )
     return result

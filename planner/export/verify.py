@@ -2,8 +2,9 @@
 
 The reference is an ordinary eager training step: the (prepared) module in training mode,
 `loss_fn(model(*inputs), *labels).backward()` and the matching `torch.optim` optimizer
-(single-tensor code path) with its state set from the same feeds. Dropout is off (the exporter
-replaces dropout modules by Identity), so both sides are deterministic.
+(single-tensor code path) with its state set from the same feeds. Dropout stays on: the graph's
+random draws of this very run are read back and torch's dropout masks are made from them
+(planner.export.randomness), so both sides apply the same masks.
 
 Adam moves each parameter by about `lr * g / (|g| + eps)`: where the true gradient is ~0 two
 correct implementations can differ by up to 2*lr, so the raw parameter difference says little.
@@ -17,7 +18,7 @@ which checks the exported update rule itself. The raw difference is reported apa
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 import onnx
 
 from planner.export._deps import require_torch
+from planner.export.randomness import ReplayDraws, expose_draws
 from planner.export.spec import OptimizerSpec
 from planner.export.trace import StepLayout
 
@@ -88,11 +90,13 @@ def _load_state(
 def torch_step(
     model: Any, loss_fn: Callable[..., Any], spec: OptimizerSpec, layout: StepLayout,
     feeds: Mapping[str, np.ndarray], grads: Mapping[str, Any] | None = None,
+    draws: Sequence[np.ndarray] = (),
 ) -> tuple[float, dict[str, np.ndarray]]:
     """One eager torch training step from `feeds`; returns (loss, updated values by input name).
 
     With `grads` given, the backward pass is replaced by these gradients (the loss is still
-    computed by a forward pass).
+    computed by a forward pass). `draws` are the graph's random draws (dropout masks are made
+    from them, see planner.export.randomness).
     """
     net = copy.deepcopy(model)
     net.train()
@@ -107,7 +111,8 @@ def torch_step(
     data = [torch.from_numpy(np.asarray(feeds[n])) for n in layout.data]
     labels = [torch.from_numpy(np.asarray(feeds[n])) for n in layout.labels]
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(net(*data), *labels)
+    with ReplayDraws(draws).mode():
+        loss = loss_fn(net(*data), *labels)
     if grads is None:
         loss.backward()
     else:
@@ -143,11 +148,13 @@ def _max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
 def compare_with_torch(
     onnx_model: onnx.ModelProto, model: Any, loss_fn: Callable[..., Any], spec: OptimizerSpec,
     layout: StepLayout, feeds: Mapping[str, np.ndarray],
-    onnx_outputs: Mapping[str, np.ndarray] | None = None,
 ) -> Comparison:
-    """Run the ONNX step and the torch step on the same feeds and measure the differences."""
-    got = dict(onnx_outputs) if onnx_outputs is not None else run_onnx(onnx_model, feeds)
-    loss, expected = torch_step(model, loss_fn, spec, layout, feeds)
+    """Run the ONNX step and the torch step on the same feeds (and the same random draws) and
+    measure the differences."""
+    exposed, draw_names = expose_draws(onnx_model)
+    got = run_onnx(exposed, feeds)
+    draws = [got[name] for name in draw_names]
+    loss, expected = torch_step(model, loss_fn, spec, layout, feeds, draws=draws)
     updates = layout.updates()
     result = Comparison(
         reference_loss=loss,
@@ -167,7 +174,8 @@ def compare_with_torch(
             if spec.name == "adam" and spec.effective_weight_decay:
                 g = g - spec.effective_weight_decay * np.asarray(feeds[name], dtype=np.float64)
             recovered[name] = torch.from_numpy(g.astype(np.float32))
-        _, from_moment = torch_step(model, loss_fn, spec, layout, feeds, grads=recovered)
+        _, from_moment = torch_step(model, loss_fn, spec, layout, feeds, grads=recovered,
+                                    draws=draws)
         for name in layout.params:
             result.update_diffs[name] = _max_abs_diff(got[updates[name]], from_moment[name])
     return result

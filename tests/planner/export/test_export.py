@@ -8,6 +8,7 @@ says why raw Adam parameter updates are not comparable where gradients vanish).
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import sys
@@ -270,6 +271,46 @@ def test_adam_with_dead_units_has_no_nan():
     np.testing.assert_array_equal(outputs["fc1.weight.updated"][:6],
                                   result.feeds["fc1.weight"][:6])
     assert not np.array_equal(outputs["fc1.weight.updated"][6:], result.feeds["fc1.weight"][6:])
+
+
+class DropoutNet(nn.Module):
+    """Dropout as a module and called functionally, on two tensors of the same shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.drop = nn.Dropout(0.3)
+        self.fc2 = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.drop(torch.relu(self.fc1(x)))
+        h = torch.nn.functional.dropout(torch.relu(self.fc2(h)), 0.5, training=self.training)
+        return self.head(h)
+
+
+def test_dropout_masks_are_drawn_in_the_graph_and_verified_with_the_same_masks():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 8, generator=gen)
+    y = torch.randint(0, 4, (6,), generator=gen)
+    result = export_training_graph(DropoutNet(), (x,), y, "cross_entropy",
+                                   OptimizerSpec("momentum", lr=0.1), tolerance=TOL)
+    random_nodes = [n for n in result.model.graph.node if n.op_type == "RandomUniformLike"]
+    assert len(random_nodes) == 2
+    seeds = [next(a.f for a in n.attribute if a.name == "seed") for n in random_nodes]
+    assert len(set(seeds)) == 2
+    # Seeded: a fresh session draws the same masks, a second run of one session new ones.
+    first = run_onnx(result.model, result.feeds)
+    assert float(run_onnx(result.model, result.feeds)["loss"]) == float(first["loss"])
+    no_dropout = result.verify(result.feeds)
+    assert no_dropout.max_abs_diff_loss <= TOL and no_dropout.max_abs_diff_updates <= TOL
+    # The masks really drop: torch without dropout gives another loss.
+    plain = copy.deepcopy(DropoutNet())
+    plain.load_state_dict({k: torch.from_numpy(result.feeds[k]) for k in plain.state_dict()})
+    plain.eval()
+    eval_loss = torch.nn.functional.cross_entropy(plain(x), y)
+    assert abs(float(eval_loss) - float(first["loss"])) > 1e-3
 
 
 def test_bad_inputs_are_user_errors():
