@@ -4,7 +4,9 @@ FACTORY is a zero-argument callable returning an nn.Module (see planner.export.f
 example inputs are random with the given shapes (seeded); integer labels are drawn below the
 number of classes, read from the model's output unless --num-classes is given. The export is
 verified against an eager torch step; the differences are printed. Needs the `export` extra:
-without torch the command exits with code 2 and says what to install.
+without torch the command exits with code 2 and says what to install. A layer whose op has no
+ONNX translation exits 2 too, naming the op, the module of the model that called it and what to
+use instead (planner.export.unsupported).
 """
 
 from __future__ import annotations

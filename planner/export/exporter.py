@@ -144,6 +144,7 @@ def export_training_graph(
     from planner.export.optimizers import initial_state
     from planner.export.randomness import seed_random_nodes
     from planner.export.trace import build_step, make_layout, trace_step
+    from planner.export.unsupported import missing_ops_message, short_reason, untranslatable_ops
     from planner.export.verify import compare_with_torch
 
     if not isinstance(optimizer, OptimizerSpec):
@@ -182,15 +183,21 @@ def export_training_graph(
     step_fn = build_step(work, loss_fn, optimizer, layout)
     try:
         graph_module = trace_step(step_fn, flat)
+    except InvalidInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - torch failures here are about the model
+        raise ExportFailedError(
+            f"tracing the training step failed: {short_reason(exc)}") from exc
+    missing = untranslatable_ops(graph_module)
+    if missing:
+        raise ExportFailedError(missing_ops_message(missing, work, inputs))
+    try:
         model_ir = onnx_graph.export_fx(graph_module, flat)
         onnx_graph.clean_up(model_ir)
         proto = onnx_graph.serialize(model_ir)
-    except InvalidInputError:
-        raise
     except Exception as exc:  # noqa: BLE001 - torch/onnxscript failures are about the model
         raise ExportFailedError(
-            f"tracing or ONNX export of the training step failed: {type(exc).__name__}: {exc}"
-        ) from exc
+            f"ONNX export of the training step failed: {short_reason(exc)}") from exc
     onnx_graph.rename_io(proto, names, layout.output_names())
     proto.graph.name = type(model).__name__
     seed_random_nodes(proto)

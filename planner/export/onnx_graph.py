@@ -38,7 +38,7 @@ FOLD_OUTPUT_LIMIT = 1024
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
     """Silence the exporter's progress prints and its warnings about absent torchvision."""
     loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "onnxscript")]
     levels = [lg.level for lg in loggers]
@@ -55,7 +55,7 @@ def _quiet() -> Iterator[None]:
 
 def export_fx(graph_module: Any, flat_args: Sequence[Any]) -> Any:
     """torch.onnx.export of the traced step; returns the onnx_ir Model, unoptimized."""
-    with _quiet():
+    with quiet():
         program = torch.onnx.export(
             graph_module,
             tuple(flat_args),

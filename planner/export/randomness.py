@@ -16,6 +16,7 @@ made inside the graph by a standard op that onnxruntime runs.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,9 @@ class ReplayDraws:
     """Dispatch mode: torch's random ops return values made from the graph's draws, in order.
 
     `bernoulli(x, keep)` (eager dropout) becomes `draw < keep` like the exported graph;
-    `rand_like` / `uniform_` return the draw itself. Any other random op cannot be verified.
+    `rand_like` / `uniform_` return the draw itself. Any other random op cannot be verified when
+    the graph draws (without draws, ops that merely may draw, like fused attention without
+    dropout, run as they are). Run the torch step in `draws_context` too.
     """
 
     def __init__(self, draws: Sequence[np.ndarray]) -> None:
@@ -90,6 +93,13 @@ class ReplayDraws:
                 f"{tuple(like.shape)} in torch")
         return draw
 
+    def draws_context(self) -> Any:
+        """Attention on the math backend when the graph draws, as traced: its dropout then
+        calls bernoulli, which this mode replays, instead of a fused kernel's own generator."""
+        from planner.export.attention import math_attention
+
+        return math_attention() if self.draws else contextlib.nullcontext()
+
     def mode(self) -> Any:
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -107,7 +117,7 @@ class ReplayDraws:
                 if func in (aten.rand_like.default, aten.uniform_.default):
                     draw = replay._next(args[0]).to(args[0].dtype)
                     return args[0].copy_(draw) if func is aten.uniform_.default else draw
-                if torch.Tag.nondeterministic_seeded in func.tags:
+                if replay.draws and torch.Tag.nondeterministic_seeded in func.tags:
                     raise UnverifiableRandomnessError(
                         f"the random op aten.{func.__name__} cannot be replayed from the "
                         "graph's draws")

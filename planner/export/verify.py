@@ -111,7 +111,8 @@ def torch_step(
     data = [torch.from_numpy(np.asarray(feeds[n])) for n in layout.data]
     labels = [torch.from_numpy(np.asarray(feeds[n])) for n in layout.labels]
     opt.zero_grad(set_to_none=True)
-    with ReplayDraws(draws).mode():
+    replay = ReplayDraws(draws)
+    with replay.draws_context(), replay.mode():
         loss = loss_fn(net(*data), *labels)
     if grads is None:
         loss.backward()

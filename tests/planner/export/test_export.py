@@ -351,6 +351,44 @@ def test_cli_export_torch_end_to_end(tmp_path, capsys):
     assert float(loss) == pytest.approx(meta["reference_loss"], rel=1e-4)
 
 
+UNSUPPORTED_MODEL = """
+import torch
+from torch import nn
+
+
+class Upscale(nn.Module):
+    def forward(self, x):
+        return nn.functional.interpolate(x, scale_factor=2, mode="bicubic")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.decoder = nn.Sequential(nn.ReLU(), Upscale())
+        self.head = nn.Conv2d(4, 3, 1)
+
+    def forward(self, x):
+        return self.head(self.decoder(self.conv(x)))
+"""
+
+
+def test_cli_op_without_onnx_translation_names_op_module_and_remedy(tmp_path, capsys):
+    model_file = tmp_path / "bicubic_net.py"
+    model_file.write_text(UNSUPPORTED_MODEL)
+    code = main(["export-torch", f"{model_file}:Net", "--input-shape", "2,3,6,6",
+                 "--loss", "mse", "-o", str(tmp_path / "m.onnx")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "aten.upsample_bicubic2d_backward (gradient of aten.upsample_bicubic2d)" in err
+    assert "in module decoder.1 (Upscale)" in err
+    assert "what to do: interpolate with mode 'nearest'" in err
+    assert len(err.strip().splitlines()) <= 5
+    for torch_advice in ("Traceback", "register it", "PyTorch", "github"):
+        assert torch_advice not in err
+    assert not (tmp_path / "m.onnx").exists()
+
+
 @pytest.mark.parametrize(
     "factory,message",
     [
