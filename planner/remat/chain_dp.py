@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.ir.graph import Graph, Region
-from planner.memory.schedule import Compute, Schedule, home_on
+from planner.memory.schedule import Compute, Event, Schedule, home_on
 from planner.profile.costs import CostTable
 from planner.remat.emit import with_frees
 
@@ -111,9 +111,11 @@ def solve_chain(af: Sequence[float], ab: Sequence[float], bf: Sequence[int],
     if top < 0:
         return None
     size = n + 2
-    B = [[[None] * (top + 1) for _ in range(size)] for _ in range(size)]
+    B: list[list[list[int | None]]] = [[[None] * (top + 1) for _ in range(size)]
+                                        for _ in range(size)]
     C = [[[math.inf] * (top + 1) for _ in range(size)] for _ in range(size)]
-    D = [[[None] * (top + 1) for _ in range(size)] for _ in range(size)]
+    D: list[list[list[int | None]]] = [[[None] * (top + 1) for _ in range(size)]
+                                        for _ in range(size)]
     for m in range(top + 1):
         for i in range(n, -1, -1):
             b = bb[i] + bb[i + 1]
@@ -133,23 +135,27 @@ def solve_chain(af: Sequence[float], ab: Sequence[float], bf: Sequence[int],
                     if bb[j] + fpk > m:
                         break
                     rest = m - bf[k]
-                    if rest < 0 or B[k][j][rest] is None or B[i][k][m] is None:
+                    if rest < 0:
+                        continue
+                    peak_right, peak_left = B[k][j][rest], B[i][k][m]
+                    if peak_right is None or peak_left is None:
                         continue
                     c = fck + C[k][j][rest] + C[i][k][m]
                     if c < best:
                         best = c
-                        B[i][j][m] = max(bb[j] + fpk, bf[k] + B[k][j][rest], B[i][k][m])
+                        B[i][j][m] = max(bb[j] + fpk, bf[k] + peak_right, peak_left)
                         C[i][j][m], D[i][j][m] = c, k
                 if best == math.inf and pq <= m:
                     B[i][j][m], C[i][j][m], D[i][j][m] = pq, cq, QUAD
                 # REFERENCES.md's pseudo-code marks every (i, j' >= j, m) failed here and stops
                 # the j loop; with uneven sizes that is wrong ((i, j + 1) may hold a smaller
                 # b_(j+1) where (i, j) holds b_j during its forwards), so we go on.
-    if B[0][n + 1][top] is None:
+    peak = B[0][n + 1][top]
+    if peak is None:
         return None
-    policy = {(i, j, m): D[i][j][m] for i in range(size) for j in range(size)
-              for m in range(top + 1) if D[i][j][m] is not None}
-    return ChainSolution(C[0][n + 1][top], B[0][n + 1][top] + bf[0], policy)
+    policy = {(i, j, m): action for i in range(size) for j in range(size)
+              for m in range(top + 1) if (action := D[i][j][m]) is not None}
+    return ChainSolution(C[0][n + 1][top], peak + bf[0], policy)
 
 
 def chain_schedule(graph: Graph, chain: Chain, solution: ChainSolution, budget: int,
@@ -157,7 +163,7 @@ def chain_schedule(graph: Graph, chain: Chain, solution: ChainSolution, budget: 
     """Execute the DP policy (REFERENCES.md's Exec) as compute events; frees by liveness."""
     n = len(chain.ab) - 1
     done: set[int] = set()
-    events: list[Compute] = []
+    events: list[Event] = []
 
     def compute(op: int) -> None:
         events.append(Compute(op, device, recompute=op in done))

@@ -28,7 +28,7 @@ Reductions every tier applies and whether they keep optimality:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -196,7 +196,8 @@ def _tier_reductions(tier: Tier, options: RematOptions, segments: int | None,
     return extra
 
 
-def _fixed_runs(graph: Graph, order: Sequence[int], recomputable, units) -> list[list[int]]:
+def _fixed_runs(graph: Graph, order: Sequence[int], recomputable: Collection[int],
+                units: Sequence[Sequence[int]]) -> list[list[int]]:
     """Nodes for several devices: runs of up to 12 consecutive ops that are never recomputed
     (ops writing outputs or state alone), every recomputable op alone (units group them)."""
     outputs = set(graph.outputs)

@@ -44,13 +44,13 @@ def add_compute_variables(m: RematModel) -> None:
             lm.add(first, 1, 1)
         for t in node.recompute_stages:
             for d in runnable:
-                key = (d, t, node.unit) if node.unit is not None else None
-                var = unit_vars.get(key) if key else None
-                if var is None:
-                    var = lm.new_bool(f"R[{d},{t},{node.id}]")
-                    if key:
-                        unit_vars[key] = var
-                m.R[(d, t, node.id)] = var
+                unit_key = (d, t, node.unit) if node.unit is not None else None
+                unit_var = unit_vars.get(unit_key) if unit_key else None
+                if unit_var is None:
+                    unit_var = lm.new_bool(f"R[{d},{t},{node.id}]")
+                    if unit_key:
+                        unit_vars[unit_key] = unit_var
+                m.R[(d, t, node.id)] = unit_var
     for (d, t, k) in m.R:
         m.computes_at.setdefault((d, t), []).append(k)
     for key in m.computes_at:
@@ -88,8 +88,8 @@ def add_copy_literals(m: RematModel) -> None:
                 for s, since in native.items():
                     if s != d and since <= t and (s, d, t, v.id) not in m.K:
                         m.K[(s, d, t, v.id)] = lm.new_bool(f"K[{s}>{d},{t},{v.id}]")
-    for (s, d, t, v) in m.K:
-        m.copies_into.setdefault((d, t), []).append((s, v))
+    for (s, d, t, vid) in m.K:
+        m.copies_into.setdefault((d, t), []).append((s, vid))
     m.stats["K"] = len(m.K)
 
 
@@ -107,9 +107,9 @@ def add_save_variables(m: RematModel) -> None:
     end_of_step = p.stages
     created_by_copy: dict[tuple[str, int], list[int]] = {}
     copied_out: dict[tuple[str, int], list[int]] = {}
-    for (s, d, t, v) in m.K:
-        created_by_copy.setdefault((d, v), []).append(t)
-        copied_out.setdefault((s, v), []).append(t)
+    for (s, d, t, vid) in m.K:
+        created_by_copy.setdefault((d, vid), []).append(t)
+        copied_out.setdefault((s, vid), []).append(t)
     count = 0
     for v in p.values:
         for d in p.devices:

@@ -9,7 +9,7 @@ the stage memory model (planner.remat.model), `from_solution` reads one out of a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from planner.remat.model import ONE, RematModel, entry_value
@@ -37,7 +37,7 @@ class Evaluation:
     recomputes: int
     copies: int
 
-    def fits(self, budget_units: dict[str, int]) -> bool:
+    def fits(self, budget_units: Mapping[str, int]) -> bool:
         return all(self.peaks.get(d, 0) <= b for d, b in budget_units.items())
 
 

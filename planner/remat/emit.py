@@ -34,7 +34,7 @@ def emit_schedule(problem: RematProblem, decision: Decision) -> Schedule:
     skeleton: list[Event] = []
     for t, computes in enumerate(decision.computes):
         made_here = {(v, d) for k, d in computes for v in p.nodes[k].values}
-        after: dict[tuple[int, str], list[tuple[int, str, str]]] = {}
+        after: dict[tuple[int | None, str], list[tuple[int, str, str]]] = {}  # by producer
         for v, src, dst in decision.copies[t] if t < len(decision.copies) else []:
             producer = p.values[v].producer
             if (v, src) in made_here:

@@ -10,7 +10,7 @@ cheapest that fits is a valid answer on its own and a fallback for the CP-SAT se
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from planner.memory.schedule import Schedule
@@ -18,7 +18,13 @@ from planner.memory.simulate import ScheduleStats, simulate
 from planner.profile.costs import CostTable
 from planner.remat.decision import Decision
 from planner.remat.emit import emit_schedule
-from planner.remat.policies import execute, sqrt_checkpoints, threshold_checkpoints
+from planner.remat.policies import (
+    ExecutionResult,
+    Policy,
+    execute,
+    sqrt_checkpoints,
+    threshold_checkpoints,
+)
 from planner.remat.problem import RematProblem
 
 # (policy, checkpoint share, budget factor) runs, in rounds: every policy at the true budget
@@ -26,9 +32,13 @@ from planner.remat.problem import RematProblem
 # monotone in the budget, so a decision made for a slightly smaller or larger budget often
 # replays within the true one where the true budget's run dead-ends; rounds make sure a short
 # time limit still tries every policy once before any factor is tried twice.
-POLICIES = (("hybrid", 0.25), ("greedy", None), ("hybrid", 0.1), ("hybrid", 0.05))
+POLICIES: tuple[tuple[Policy, float | None], ...] = (
+    ("hybrid", 0.25), ("greedy", None), ("hybrid", 0.1), ("hybrid", 0.05),
+)
 FACTORS = (1.0, 0.95, 1.05, 0.9, 1.1, 0.975, 0.85, 1.25, 0.925, 1.5)
 RUNS = tuple((policy, share, factor) for factor in FACTORS for policy, share in POLICIES)
+# The policies tried at each factor of a given `scan`.
+SCAN_POLICIES: tuple[tuple[Policy, float | None], ...] = (("greedy", None), ("hybrid", 0.25))
 # Keep-everything, Chen's sqrt(n) and every policy at the true budget run whatever the deadline:
 # the planner must never do worse than these baselines.
 ALWAYS_RUN = 2 + len(POLICIES)
@@ -54,13 +64,12 @@ def replay(problem: RematProblem, decision: Decision, costs: CostTable, name: st
 
 
 def _runs(problem: RematProblem, device: str, budget_units: int, scan: Iterable[float] | None,
-          actual: bool):
+          actual: bool) -> Iterator[tuple[str, ExecutionResult]]:
     total = sum(problem.values[v].size for n in problem.nodes if n.recomputable
                 for v in n.values)
     yield "keep", execute(problem, device, "keep")
     yield "sqrt", execute(problem, device, "checkpoints", checkpoints=sqrt_checkpoints(problem))
-    runs = RUNS if scan is None else [(p, s, f) for f in scan
-                                       for p, s in (("greedy", None), ("hybrid", 0.25))]
+    runs = RUNS if scan is None else [(p, s, f) for f in scan for p, s in SCAN_POLICIES]
     for policy, share, factor in runs:
         budget = int(budget_units * factor)
         marks = threshold_checkpoints(problem, int(total * share)) if share else ()

@@ -149,8 +149,8 @@ def solve_cpsat(
     params.keep_all_feasible_solutions_in_presolve = True
     params.cp_model_probing_level = 0
     params.presolve_inclusion_work_limit = 0
-    for key, val in extra:
-        setattr(params, key, val)
+    for key, setting in extra:
+        setattr(params, key, setting)
     code = solver.solve(model)
     status = solver.status_name(code)
     values = None

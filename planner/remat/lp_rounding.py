@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.profile.costs import CostTable
@@ -56,8 +56,8 @@ def lp_rounding(problem: RematProblem, budget_bytes: Mapping[str, int], costs: C
     return result
 
 
-def _at(problem, budget_bytes, costs, factor, samples, seed, deadline, started
-        ) -> LpRoundingResult:
+def _at(problem: RematProblem, budget_bytes: Mapping[str, int], costs: CostTable, factor: float,
+        samples: int, seed: int, deadline: float, started: float) -> LpRoundingResult:
     device = problem.home
     units = {d: int(b * factor) // problem.memory_unit for d, b in budget_bytes.items()}
     model = build_model(RematModel(problem, "stage", "time", units))
@@ -66,7 +66,7 @@ def _at(problem, budget_bytes, costs, factor, samples, seed, deadline, started
         return LpRoundingResult(None, f"INFEASIBLE {label}", None,
                                 time.perf_counter() - started, 0)
     lp = solve_lp(model.lm, time_limit=max(0.0, deadline - time.perf_counter()))
-    if lp.values is None:
+    if lp.values is None or lp.objective is None:  # solve_lp sets both or neither
         return LpRoundingResult(None, f"{lp.status} {label}", None,
                                 time.perf_counter() - started, 0)
     rng = random.Random(seed)
@@ -92,8 +92,8 @@ def _at(problem, budget_bytes, costs, factor, samples, seed, deadline, started
                             time.perf_counter() - started, tried)
 
 
-def _recompute_for(problem: RematProblem, model: RematModel, values, threshold: float,
-                   device: str) -> Decision | None:
+def _recompute_for(problem: RematProblem, model: RematModel, values: Sequence[float],
+                   threshold: float, device: str) -> Decision | None:
     """Keep what the rounded S keeps; recompute just in time whatever is missing."""
     p = problem
     persistent = {v.id for v in p.values if v.kind == "persistent" and device == p.home}
@@ -119,8 +119,8 @@ def _recompute_for(problem: RematProblem, model: RematModel, values, threshold: 
     return Decision(computes)
 
 
-def _ensure(p: RematProblem, v: int, t: int, allowed, have: set[int], stage: set[int],
-            made: set[int]) -> bool:
+def _ensure(p: RematProblem, v: int, t: int, allowed: list[set[int]], have: set[int],
+            stage: set[int], made: set[int]) -> bool:
     if v in have or v in made:
         return True
     producer = p.values[v].producer
@@ -135,7 +135,7 @@ def _ensure(p: RematProblem, v: int, t: int, allowed, have: set[int], stage: set
                for u in p.nodes[k].reads)
 
 
-def _droppable(p: RematProblem, v: int, t: int, allowed) -> bool:
+def _droppable(p: RematProblem, v: int, t: int, allowed: list[set[int]]) -> bool:
     """v may be dropped after stage t: nothing can read it later, or it can be recomputed
     wherever a first computation reads it (values nobody can recompute stay to their last
     possible read)."""

@@ -22,22 +22,25 @@ entries are 0). Two memory models:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import Enum
+from typing import Final, Literal
 
 from planner.remat.linear import Expr, LinearModel
 from planner.remat.problem import RematProblem
 
 
-class _One:
-    """A variable presolve fixed to 1."""
+class _One(Enum):
+    """A variable presolve fixed to 1 (an enum member, so that `entry is ONE` narrows the type)."""
+
+    ONE = 1
 
     def __repr__(self) -> str:
         return "ONE"
 
 
-ONE = _One()
+ONE: Final = _One.ONE
 Entry = int | _One
 MemoryModel = Literal["exact", "stage"]
 Objective = Literal["time", "peak"]
@@ -117,7 +120,7 @@ def add_entry(expr: Expr, entry: Entry | None, coef: int = 1) -> Expr:
     return expr
 
 
-def entry_value(entry: Entry | None, values) -> int:
+def entry_value(entry: Entry | None, values: Sequence[float]) -> int:
     if entry is None:
         return 0
     if entry is ONE:

@@ -245,6 +245,7 @@ class _Run:
             return memo[v]
         memo[v] = 0  # cycle guard (values form a DAG)
         producer = self.p.values[v].producer
+        assert producer is not None, "only values some node produces are rebuilt"
         node = self.p.nodes[producer]
         total = min(node.cost.values())
         for u in node.reads:

@@ -316,11 +316,18 @@ class _NodeRecord:
     cost: dict[str, int] = field(default_factory=dict)
 
 
+def _producer(graph: Graph, tensor: int) -> int:
+    """The op that writes `tensor`, which the caller knows no graph input or constant is."""
+    op = graph.tensors[tensor].producer
+    assert op is not None, f"tensor {graph.tensors[tensor].name} has no producer"
+    return op
+
+
 def _source_values(grouping: _Grouping, home: str) -> _Values:
     """One value per tensor no op produces (graph inputs, constants, state), all on `home`."""
     graph = grouping.graph
     persistent = persistent_tensors(graph)
-    update_stage_of = {state: grouping.node_of[graph.tensors[new].producer]
+    update_stage_of = {state: grouping.node_of[_producer(graph, new)]
                        for new, state in grouping.alias.items()}
     values = _Values()
     for t in graph.tensors:
@@ -374,14 +381,14 @@ def _reads_and_costs(grouping: _Grouping, index: int, rec: _NodeRecord, values: 
     recomputed in (not after a state it reads is updated), and its time units per device."""
     graph = grouping.graph
     reads = {values.of_tensor[t] for op in rec.ops for t in graph.ops[op].input_ids
-             if graph.tensors[t].producer is None
-             or grouping.node_of[graph.tensors[t].producer] != index}
+             if (producer := graph.tensors[t].producer) is None
+             or grouping.node_of[producer] != index}
     rec.reads = tuple(sorted(reads))
     updates = [values.records[v].update_stage for v in rec.reads]
     rec.cap = min([len(grouping.groups) - 1, *(s for s in updates if s is not None)])
     for d in devices:
-        per_op = [costs.op_seconds[op].get(d) for op in rec.ops]
-        if all(c is not None for c in per_op):
+        per_op = [c for op in rec.ops if (c := costs.op_seconds[op].get(d)) is not None]
+        if len(per_op) == len(rec.ops):
             rec.cost[d] = sum(round(c / time_unit) for c in per_op)
     first = graph.ops[rec.ops[0]].name
     if rec.pinned is not None and rec.pinned not in rec.cost:
@@ -490,7 +497,7 @@ def _internal_peak(graph: Graph, members: Sequence[int], internal: set[int], uni
     position = {op: k for k, op in enumerate(members)}
     ranges = []
     for t in internal:
-        born = position[graph.tensors[t].producer]
+        born = position[_producer(graph, t)]
         reads = [position[c] for c in graph.tensors[t].consumers if c in position]
         ranges.append((born, max([born, *reads]), -(-graph.tensors[t].nbytes // unit)))
     return max(live_curve(ranges, len(members)), default=0)

@@ -48,7 +48,7 @@ class ModelOutcome:
 class RematResult:
     best: Candidate | None  # the fastest replayed schedule within the budgets
     status: SolverStatus  # see plan_remat
-    bound_seconds: float | None  # a lower bound valid for every schedule of this order
+    bound_seconds: float  # a lower bound valid for every schedule of this order
     gap: float | None  # (objective - bound) / objective
     seconds: float
     model: ModelOutcome
@@ -185,7 +185,8 @@ def _lower_peaks(best: Candidate | None, others: Sequence[Candidate]) -> tuple[C
     return tuple(lower[:ALTERNATIVES])
 
 
-def _below_lower_bound(graph, budget_bytes, costs, started) -> RematResult:
+def _below_lower_bound(graph: Graph, budget_bytes: Mapping[str, int], costs: CostTable,
+                       started: float) -> RematResult:
     """A single budget under the op-footprint bound: proven infeasible without solving."""
     device, budget = next(iter(budget_bytes.items()))
     lower = order_lower_bound(graph)

@@ -18,7 +18,7 @@ A pass whose result has a higher keep-everything peak (planner.memory.liveness) 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from planner.ir.graph import Graph
 from planner.memory.liveness import lifetimes
@@ -32,7 +32,12 @@ def tighten_order(graph: Graph, order: Sequence[int], movable: Collection[int],
     return sink_fixed_ops(graph, hoist_fixed_ops(graph, order, movable, floor), movable)
 
 
-def _free_bytes(graph: Graph, tensor: int, persistent) -> bool:
+def _producers(graph: Graph, tensors: Iterable[int]) -> set[int]:
+    """The ops that produce `tensors` (graph inputs and initializers have none)."""
+    return {op for t in tensors if (op := graph.tensors[t].producer) is not None}
+
+
+def _free_bytes(graph: Graph, tensor: int, persistent: frozenset[int]) -> bool:
     """Bytes held for the whole step anyway: constants, state and in-place state updates."""
     t = graph.tensors[tensor]
     if t.producer is None:
@@ -59,7 +64,7 @@ def hoist_fixed_ops(graph: Graph, order: Sequence[int], movable: Collection[int]
         op = graph.ops[op_id]
         position = {o: k for k, o in enumerate(seq)}
         here = position[op_id]
-        before = {graph.tensors[t].producer for t in op.input_ids} - {None}
+        before = _producers(graph, op.input_ids)
         before |= must_follow.get(op_id, set())
         # Producers that read only state / constants and feed only this op move along with it.
         along = sorted(
@@ -73,7 +78,7 @@ def hoist_fixed_ops(graph: Graph, order: Sequence[int], movable: Collection[int]
         )
         anchors = before - set(along)
         for q in along:
-            anchors |= {graph.tensors[t].producer for t in graph.ops[q].input_ids} - {None}
+            anchors |= _producers(graph, graph.ops[q].input_ids)
         target = max([floor - 1, *(position[b] for b in anchors)]) + 1
         if target >= here:
             continue

@@ -99,7 +99,7 @@ def solve_problem(
     best_name, best, best_eval = (heuristics[0] if heuristics else (None, None, None))
     stats["heuristics"] = {name: ev.cost for name, _, ev in heuristics}
     if not use_solver:
-        status = "FEASIBLE" if best is not None else "UNKNOWN"
+        status: SolverStatus = "FEASIBLE" if best is not None else "UNKNOWN"
         return ProblemSolution(best, best_eval, status, None, best_name or "none",
                                time.perf_counter() - started, stats, tuple(notes))
     if best is None:
@@ -133,6 +133,7 @@ def solve_problem(
             return ProblemSolution(decision, evaluation, status, bound, "cpsat",
                                    time.perf_counter() - started, stats, tuple(notes))
     if best is not None:
+        assert best_name is not None and best_eval is not None  # set together with `best`
         status = "OPTIMAL" if bound is not None and bound >= best_eval.cost else "FEASIBLE"
         return ProblemSolution(best, best_eval, status, bound, best_name,
                                time.perf_counter() - started, stats, tuple(notes))
