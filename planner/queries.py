@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +27,12 @@ from planner.ir.onnx_model import read_model_bytes
 from planner.memory.liveness import order_lower_bound
 from planner.order import optimize_order
 from planner.pipeline import plan_graph, plan_model
-from planner.profile.costs import costs_from_profile
+from planner.profile.costs import CostTable, costs_from_profile
 from planner.profile.for_request import profile_for
 from planner.remat.rematerialize import plan_remat, smallest_peak
 from planner.time_budget import MIN_BUDGET_SHARES as SHARES
 from schemas.plan import Plan, PlanRequest
+from schemas.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,13 @@ class MinBudget:
     device: str
     lower_bound: int  # bytes: no plan fits below (proven)
     achieved: int  # bytes: the arena of a validated plan made for that budget
-    keep_all_arena: int | None  # bytes: arena of the plan without recomputation
+    keep_all_arena: int  # bytes: arena of the plan without recomputation
     plan: Plan
     seconds: float
 
 
-def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 60.0,
+def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
+               time_limit: float = 60.0,
                workers: int = 1, seed: int = 0, alignment: int = 64,
                plan: Callable[[Graph, PlanRequest], Plan] | None = None) -> MinBudget:
     """See the module doc. Time (planner.time_budget.MinBudgetShares): a tenth for keeping
@@ -101,9 +103,9 @@ def min_budget(graph: Graph, device: str, *, profile=None, time_limit: float = 6
 MIN_PEAK_MODEL_OPS = 300
 
 
-def smallest_heuristic_budget(graph: Graph, order, device: str, costs, lower: int, upper: int,
-                              *, memory_unit: int = 64, probe_seconds: float = 20.0,
-                              steps: int = 6, tolerance: float = 0.01,
+def smallest_heuristic_budget(graph: Graph, order: Sequence[int], device: str, costs: CostTable,
+                              lower: int, upper: int, *, memory_unit: int = 64,
+                              probe_seconds: float = 20.0, steps: int = 6, tolerance: float = 0.01,
                               deadline: float | None = None) -> int:
     """A small budget the remat heuristics meet, by bisection on [lower, upper] (`upper` should
     fit): each probe runs the heuristics alone at the middle budget and continues below the
@@ -119,8 +121,8 @@ def smallest_heuristic_budget(graph: Graph, order, device: str, costs, lower: in
         mid = (lo + hi) // 2
         probe = plan_remat(graph, order, {device: mid}, costs, use_solver=False,
                            time_limit=probe_seconds, memory_unit=memory_unit)
-        if probe.schedule is not None:
-            hi = probe.stats.peaks[device]
+        if probe.best is not None:
+            hi = probe.best.stats.peaks[device]
         else:
             lo = mid
         if probe.smallest_peak_bytes is not None:
@@ -149,7 +151,7 @@ def symbolic_dims(model: str | Path | bytes) -> set[str]:
 
 def max_batch(model: str | Path | bytes, request: PlanRequest, dim: str = "batch", *,
               limit: int = 1 << 16,
-              plan: Callable[[object, PlanRequest], Plan] | None = None) -> MaxBatch:
+              plan: Callable[[str | Path | bytes, PlanRequest], Plan] | None = None) -> MaxBatch:
     """Largest `dim` in [1, limit] whose plan fits `request.budgets`: doubling, then bisection."""
     if dim not in symbolic_dims(model):
         raise InvalidInputError(f"the model has no symbolic dim '{dim}' to search over; name "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from planner.errors import InfeasibleError
 from planner.ir.graph import Graph
+from planner.memory.schedule import Schedule
 from planner.order import OrderResult
 from planner.pipeline.infeasible import raise_infeasible
 from planner.plan.builder import BuiltPlan, build_plan
@@ -51,11 +52,11 @@ class RematFit:
                 time_limit=self.clock.remat(attempt), workers=self.request.workers,
                 seed=self.request.seed, memory_unit=self.request.alignment,
             )
-            if result.schedule is None:
+            if result.best is None:
                 raise_infeasible(self.graph, self.request, self.order, self.costs, result,
                                  self.keep_all_arena)
-            notify("layout", {"peak_live_bytes": result.stats.peaks})
-            built = self._layout(result)
+            notify("layout", {"peak_live_bytes": result.best.stats.peaks})
+            built = self._layout(result, result.best.schedule)
             over = overshoot(built.plan)
             if not over:
                 return built
@@ -71,9 +72,9 @@ class RematFit:
             smallest_feasible=max(budgets[d] + e for d, e in over.items()),
         )
 
-    def _layout(self, result: RematResult) -> BuiltPlan:
+    def _layout(self, result: RematResult, schedule: Schedule) -> BuiltPlan:
         return build_plan(
-            self.graph, result.schedule, self.request, plan_id=self.plan_id,
+            self.graph, schedule, self.request, plan_id=self.plan_id,
             planner_version=PLANNER_VERSION,
             solvers=(self.order.report(), remat_report(result)),
             predicted_seconds=result.objective_seconds,

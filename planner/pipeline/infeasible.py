@@ -74,9 +74,9 @@ def _probe_arena(graph: Graph, request: PlanRequest, order: OrderResult, costs: 
     """The arena of the heuristics' plan at `peak_bytes` on `home`, if they find one again."""
     probe = plan_remat(graph, order.order, {home: peak_bytes}, costs, time_limit=PROBE_S,
                        memory_unit=request.alignment, use_solver=False)
-    if probe.schedule is None:
+    if probe.best is None:
         return None
-    arena_request = request.model_copy(update={"budgets": {home: probe.stats.peaks[home]}})
-    built = build_plan(graph, probe.schedule, arena_request, plan_id="probe",
+    arena_request = request.model_copy(update={"budgets": {home: probe.best.stats.peaks[home]}})
+    built = build_plan(graph, probe.best.schedule, arena_request, plan_id="probe",
                        planner_version=PLANNER_VERSION, layout_time_limit=PROBE_S)
     return built.plan.devices[0].arena_bytes
