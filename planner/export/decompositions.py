@@ -12,8 +12,9 @@ kernels and no fused training-mode normalizations:
   and channel roles swapped (per group), bias gradient = a sum; transposed convolutions too;
 - our own `aten._adaptive_avg_pool2d_backward`: spread each output gradient evenly over its bin;
 - `aten.empty_permuted` -> `aten.empty` (only the memory layout differs, which ONNX has not);
-- the backward of the fused CPU attention kernel (planner.export.attention) and of nearest and
-  linear upsampling (planner.export.resampling).
+- the backward of the fused CPU attention kernel (planner.export.attention), of nearest and
+  linear upsampling (planner.export.resampling) and of 3-D average and max pooling
+  (planner.export.pooling).
 
 Attention and recurrent layers also need the tracing context of planner.export.trace (math
 attention backend, no mkldnn RNN kernels): their fused kernels are picked above the level where
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.export._deps import require_torch
 from planner.export.attention import attention_decompositions
+from planner.export.pooling import pooling_decompositions
 from planner.export.resampling import upsample_backward_decompositions
 
 if TYPE_CHECKING:  # torch is imported at run time through require_torch (the optional extra)
@@ -162,4 +164,5 @@ def training_decomposition_table() -> dict[Any, Callable[..., Any]]:
     table[aten.empty_permuted.default] = empty_permuted
     table.update(attention_decompositions())
     table.update(upsample_backward_decompositions())
+    table.update(pooling_decompositions())
     return table

@@ -29,6 +29,10 @@ from planner.export.decompositions import (  # noqa: E402
     adaptive_avg_pool2d_backward,
     convolution_backward,
 )
+from planner.export.pooling import (  # noqa: E402
+    avg_pool3d_backward,
+    max_pool3d_with_indices_backward,
+)
 from planner.export.resampling import upsample_backward_decompositions  # noqa: E402
 from planner.export.verify import run_onnx  # noqa: E402
 from tests.support.fixture_zoo import FIXTURE_DIR  # noqa: E402
@@ -195,6 +199,40 @@ def test_upsample_backward_matches_autograd(mode, size, kwargs):
     ((func, args, call_kwargs),) = calls
     got = UPSAMPLE_BACKWARD[func](*args, **call_kwargs)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kind,kwargs",
+    [
+        ("avg", {"kernel_size": 2}),
+        ("avg", {"kernel_size": 3, "stride": 2, "padding": 1}),
+        ("avg", {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False}),
+        ("avg", {"kernel_size": 2, "stride": 2, "ceil_mode": True}),
+        ("avg", {"kernel_size": (2, 3, 2), "divisor_override": 5}),
+        ("max", {"kernel_size": 2}),
+        ("max", {"kernel_size": 3, "stride": 2, "padding": 1}),
+        ("max", {"kernel_size": 2, "stride": 1, "dilation": 2}),
+    ],
+)
+def test_pool3d_backward_matches_autograd(kind, kwargs):
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 5, 6, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    pool = torch.nn.functional.avg_pool3d if kind == "avg" else torch.nn.functional.max_pool3d
+    y = pool(x, **kwargs)
+    grad_out = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    (expected,) = torch.autograd.grad(y, x, grad_out)
+    if kind == "avg":
+        k = kwargs["kernel_size"]
+        got = avg_pool3d_backward(grad_out, x.detach(), [k] if isinstance(k, int) else list(k),
+                                  [kwargs["stride"]] if "stride" in kwargs else [],
+                                  [kwargs.get("padding", 0)], kwargs.get("ceil_mode", False),
+                                  kwargs.get("count_include_pad", True),
+                                  kwargs.get("divisor_override"))
+    else:
+        _, indices = torch.nn.functional.max_pool3d(x.detach(), return_indices=True, **kwargs)
+        got = max_pool3d_with_indices_backward(grad_out, x.detach(), [], [], [], [], False,
+                                               indices)
+    torch.testing.assert_close(got, expected)
 
 
 # --- whole exports -----------------------------------------------------------------------
