@@ -51,30 +51,69 @@ class Schedule:
     home: dict[int, str] = field(default_factory=dict)  # graph inputs, constants, outputs
 
 
+class ScheduleError(RuntimeError):
+    """Events read a tensor where it does not exist: a bug in whatever made them."""
+
+
 def sequential_schedule(graph: Graph, order: Sequence[int], device: str) -> Schedule:
     """Every op once, on one device, in `order`; each value freed right after its last read.
 
     Constants, state and graph outputs are never freed: they outlive the step.
     """
-    keep = outlives_step(graph)
-    position = {op: k for k, op in enumerate(order)}
-    last_read: dict[int, int] = {}
-    for t in graph.tensors:
-        if t.consumers:
-            last_read[t.id] = max(position[c] for c in t.consumers)
-    frees_after: dict[int, list[int]] = {}
-    for t in graph.tensors:
-        if t.id in keep:
+    home = home_on(graph, device)
+    computes: list[Event] = [Compute(op, device) for op in order]
+    return Schedule(events=tuple(free_after_last_read(graph, computes, home)), home=home)
+
+
+def free_after_last_read(graph: Graph, events: Sequence[Event], home: dict[int, str]
+                         ) -> list[Event]:
+    """`events` (computes and copies) with a Free right after each materialization's last read,
+    right after its making when nothing reads it, before the first event for a graph input
+    nobody reads; the last materialization of a tensor that outlives the step (planner.memory
+    .liveness.outlives_step) on its home device is never freed."""
+    made: list[tuple[int, str, int]] = []  # (tensor, device, event index; -1 when preloaded)
+    last_use: dict[tuple[int, str, int], int] = {}
+    current: dict[tuple[int, str], tuple[int, str, int]] = {}
+
+    def make(tensor: int, device: str, index: int) -> None:
+        m = (tensor, device, index)
+        made.append(m)
+        current[(tensor, device)] = m
+        last_use[m] = index
+
+    def read(tensor: int, device: str, index: int) -> None:
+        m = current.get((tensor, device))
+        if m is None:
+            raise ScheduleError(f"event {index} reads {graph.tensors[tensor].name} on {device}, "
+                                "where it does not exist")
+        last_use[m] = index
+
+    for t, device in sorted(home.items()):
+        if graph.tensors[t].producer is None:
+            make(t, device, -1)
+    for index, event in enumerate(events):
+        if isinstance(event, Compute):
+            op = graph.ops[event.op]
+            for t in op.input_ids:
+                read(t, event.device, index)
+            for t in op.output_ids:
+                make(t, event.device, index)
+        elif isinstance(event, Copy):
+            read(event.tensor, event.src, index)
+            make(event.tensor, event.dst, index)
+    outlives = outlives_step(graph)
+    final = set(current.values())
+    frees_after: dict[int, list[tuple[int, str]]] = {}
+    for m in made:
+        tensor, device, _ = m
+        if tensor in outlives and device == home.get(tensor) and m in final:
             continue
-        at = last_read.get(t.id, position.get(t.producer) if t.producer is not None else None)
-        if at is not None:
-            frees_after.setdefault(at, []).append(t.id)
-    unread_inputs = [t for t in graph.inputs if t not in keep and t not in last_read]
-    events: list[Event] = [Free(t, device) for t in unread_inputs]
-    for k, op in enumerate(order):
-        events.append(Compute(op, device))
-        events.extend(Free(t, device) for t in sorted(frees_after.get(k, [])))
-    return Schedule(events=tuple(events), home=home_on(graph, device))
+        frees_after.setdefault(last_use[m], []).append((tensor, device))
+    out: list[Event] = [Free(t, d) for t, d in sorted(frees_after.get(-1, []))]
+    for index, event in enumerate(events):
+        out.append(event)
+        out.extend(Free(t, d) for t, d in sorted(frees_after.get(index, [])))
+    return out
 
 
 def home_on(graph: Graph, device: str) -> dict[int, str]:

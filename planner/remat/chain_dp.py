@@ -24,9 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.ir.graph import Graph, Region
-from planner.memory.schedule import Compute, Event, Schedule, home_on
+from planner.memory.schedule import Compute, Event, Schedule, free_after_last_read, home_on
 from planner.profile.costs import CostTable
-from planner.remat.emit import with_frees
 
 LEAF, QUAD = -1, -2
 
@@ -188,4 +187,4 @@ def chain_schedule(graph: Graph, chain: Chain, solution: ChainSolution, budget: 
 
     run(0, n + 1, budget - chain.bf[0])
     home = home_on(graph, device)
-    return Schedule(events=tuple(with_frees(graph, events, home)), home=home)
+    return Schedule(events=tuple(free_after_last_read(graph, events, home)), home=home)

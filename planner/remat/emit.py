@@ -15,17 +15,10 @@ Then two passes that only ever lower time and memory:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from planner.ir.graph import Graph
-from planner.memory.liveness import outlives_step
-from planner.memory.schedule import Compute, Copy, Event, Free, Schedule, home_on
+from planner.memory.schedule import Compute, Copy, Event, Schedule, free_after_last_read, home_on
 from planner.remat.decision import Decision
 from planner.remat.problem import RematProblem
-
-
-class EmitError(RuntimeError):
-    """The decisions read a tensor where it does not exist: a solver bug."""
 
 
 def emit_schedule(problem: RematProblem, decision: Decision) -> Schedule:
@@ -49,7 +42,7 @@ def emit_schedule(problem: RematProblem, decision: Decision) -> Schedule:
                 skeleton.extend(Copy(x, src, dst) for x in p.values[v].tensors)
     home = home_on(g, p.home)
     kept = _drop_dead(g, skeleton, home)
-    return Schedule(events=tuple(with_frees(g, kept, home)), home=home)
+    return Schedule(events=tuple(free_after_last_read(g, kept, home)), home=home)
 
 
 def _drop_dead(g: Graph, events: list[Event], home: dict[int, str]) -> list[Event]:
@@ -71,55 +64,3 @@ def _drop_dead(g: Graph, events: list[Event], home: dict[int, str]) -> list[Even
         live.append(event)
     live.reverse()
     return live
-
-
-@dataclass
-class _Mat:
-    tensor: int
-    device: str
-    created: int  # event index, -1 for preloaded
-    last_read: int = -1
-
-
-def with_frees(g: Graph, events: list[Event], home: dict[int, str]) -> list[Event]:
-    outlives = outlives_step(g)
-    current: dict[tuple[int, str], _Mat] = {}
-    mats: list[_Mat] = []
-
-    def make(tensor: int, device: str, index: int) -> None:
-        m = _Mat(tensor, device, index)
-        current[(tensor, device)] = m
-        mats.append(m)
-
-    def read(tensor: int, device: str, index: int) -> None:
-        m = current.get((tensor, device))
-        if m is None:
-            raise EmitError(f"event {index} reads {g.tensors[tensor].name} on {device}, where "
-                            "it does not exist")
-        m.last_read = index
-
-    for t, device in sorted(home.items()):
-        if g.tensors[t].producer is None:
-            make(t, device, -1)
-    for index, event in enumerate(events):
-        if isinstance(event, Compute):
-            op = g.ops[event.op]
-            for t in op.input_ids:
-                read(t, event.device, index)
-            for t in op.output_ids:
-                make(t, event.device, index)
-        elif isinstance(event, Copy):
-            read(event.tensor, event.src, index)
-            make(event.tensor, event.dst, index)
-    final = {id(m) for m in current.values()}
-    frees_after: dict[int, list[tuple[int, str]]] = {}
-    for m in mats:
-        if m.tensor in outlives and m.device == home.get(m.tensor) and id(m) in final:
-            continue
-        at = max(m.created, m.last_read)
-        frees_after.setdefault(at, []).append((m.tensor, m.device))
-    out: list[Event] = [Free(t, d) for t, d in sorted(frees_after.get(-1, []))]
-    for index, event in enumerate(events):
-        out.append(event)
-        out.extend(Free(t, d) for t, d in sorted(frees_after.get(index, [])))
-    return out

@@ -23,8 +23,16 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from planner.ir.graph import Graph, Region, load_graph
-from planner.memory.schedule import Compute, Copy, Event, Free, Schedule
-from planner.memory.sharing import state_updates
+from planner.memory.liveness import outlives_step
+from planner.memory.schedule import (
+    Compute,
+    Copy,
+    Event,
+    Free,
+    Schedule,
+    free_after_last_read,
+    home_on,
+)
 from planner.plan.builder import build_plan
 from planner.profile.estimate import op_bytes, op_flops
 from schemas.plan import Plan, PlanRequest, SolverReport
@@ -35,12 +43,6 @@ SECOND = "cpu:1"
 # A made-up roofline for predicted times: the report shows them, nothing here measures them.
 FLOPS_PER_S = 2e10
 BYTES_PER_S = 1e10
-
-
-def _kept(graph: Graph) -> set[int]:
-    return set(state_updates(graph).persistent) | {
-        t.id for t in graph.tensors if t.is_initializer or t.is_graph_output
-    }
 
 
 def _idle_interval(graph: Graph, tensors: Sequence[int]) -> tuple[int, int]:
@@ -69,42 +71,9 @@ def policy_schedule(graph: Graph, recompute: Sequence[int] = (), offload: Sequen
         timed.append(((before + 0.25, t), Copy(t, device, second)))
         timed.append(((after - 0.75, t), Copy(t, second, device)))
     timed.sort(key=lambda item: item[0])
-    return _with_frees(graph, [event for _, event in timed], device)
-
-
-def _with_frees(graph: Graph, events: list[Event], device: str) -> Schedule:
-    """Free every materialization right after its last read (after its making when unread)."""
-    kept = _kept(graph)
-    home = {t.id: device for t in graph.tensors if t.producer is None or t.is_graph_output}
-    current: dict[tuple[int, str], list] = {}
-    materializations: list[list] = []  # [tensor, device, index of the last event touching it]
-
-    def make(tensor: int, where: str, index: int) -> None:
-        m = [tensor, where, index]
-        materializations.append(m)
-        current[(tensor, where)] = m
-
-    for t in home:
-        if graph.tensors[t].producer is None:
-            make(t, device, -1)
-    for index, event in enumerate(events):
-        if isinstance(event, Compute):
-            for t in graph.ops[event.op].input_ids:
-                current[(t, event.device)][2] = index
-            for t in graph.ops[event.op].output_ids:
-                make(t, event.device, index)
-        elif isinstance(event, Copy):
-            current[(event.tensor, event.src)][2] = index
-            make(event.tensor, event.dst, index)
-    frees: dict[int, list[Free]] = {}
-    for t, where, last in materializations:
-        if not (t in kept and where == home.get(t)):
-            frees.setdefault(last, []).append(Free(t, where))
-    out: list[Event] = list(frees.get(-1, []))
-    for index, event in enumerate(events):
-        out.append(event)
-        out.extend(frees.get(index, []))
-    return Schedule(events=tuple(out), home=home)
+    home = home_on(graph, device)
+    events = free_after_last_read(graph, [event for _, event in timed], home)
+    return Schedule(events=tuple(events), home=home)
 
 
 def peak_live_bytes(graph: Graph, schedule: Schedule, device: str = HOME) -> int:
@@ -125,7 +94,7 @@ def peak_live_bytes(graph: Graph, schedule: Schedule, device: str = HOME) -> int
 def _movable(graph: Graph, op_id: int) -> bool:
     """A forward op whose outputs are not state or graph outputs and sit idle for a while."""
     op = graph.ops[op_id]
-    return (op.region is Region.FORWARD and not set(op.output_ids) & _kept(graph)
+    return (op.region is Region.FORWARD and not set(op.output_ids) & outlives_step(graph)
             and _idle_interval(graph, op.output_ids)[0] >= 0)
 
 

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from functools import cache
 
 from planner.ir.graph import Graph, Region, load_graph
-from planner.memory.schedule import Compute, Copy, Event, Free, Schedule
-from planner.memory.sharing import state_updates
+from planner.memory.schedule import Compute, Copy, Event, Schedule, free_after_last_read
 from planner.pipeline import plan_model
 from planner.plan.builder import build_plan
 from planner.plan.validate import validate_plan
@@ -45,34 +44,15 @@ def explicit_schedule(
     end on their home device; every materialization not kept is freed right after its last
     read (kept: state, constants and graph outputs on their home device)."""
     recompute_before = recompute_before or {}
-    keep = set(state_updates(graph).persistent)
-    keep |= {t.id for t in graph.tensors if t.is_initializer or t.is_graph_output}
     raw: list[Event] = []
-    version: dict[tuple[int, str], int] = {}
-    last_read: dict[tuple[int, str, int], int] = {}
-    created_at: dict[tuple[int, str, int], int] = {}
-    order: list[tuple[int, str, int]] = []
-
-    def materialize(t: int, device: str) -> None:
-        key = (t, device)
-        version[key] = version.get(key, -1) + 1
-        m = (t, device, version[key])
-        created_at[m] = len(raw) - 1
-        order.append(m)
-
-    for t in graph.tensors:
-        if t.producer is None:
-            version[(t.id, home[t.id])] = 0
-            created_at[(t.id, home[t.id], 0)] = -1
-            order.append((t.id, home[t.id], 0))
+    held = dict.fromkeys((t.id, home[t.id]) for t in graph.tensors if t.producer is None)
 
     def bring(t: int, device: str) -> None:
-        if (t, device) in version:
+        if (t, device) in held:
             return
-        source = next(d for (u, d) in version if u == t)
+        source = next(d for (u, d) in held if u == t)
         raw.append(Copy(t, source, device))
-        last_read[(t, source, version[(t, source)])] = len(raw) - 1
-        materialize(t, device)
+        held[(t, device)] = None
 
     def compute(op_id: int, recompute: bool) -> None:
         op = graph.ops[op_id]
@@ -80,10 +60,7 @@ def explicit_schedule(
         for t in op.input_ids:
             bring(t, device)
         raw.append(Compute(op_id, device, recompute=recompute))
-        for t in op.input_ids:
-            last_read[(t, device, version[(t, device)])] = len(raw) - 1
-        for t in op.output_ids:
-            materialize(t, device)
+        held.update(dict.fromkeys((t, device) for t in op.output_ids))
 
     for op in graph.ops:
         for again in recompute_before.get(op.id, []):
@@ -91,19 +68,7 @@ def explicit_schedule(
         compute(op.id, False)
     for t in graph.outputs:
         bring(t, home[t])
-
-    frees: dict[int, list[Free]] = {}
-    for m in order:
-        t, device, v = m
-        if t in keep and device == home.get(t) and v == version[(t, device)]:
-            continue
-        at = last_read.get(m, created_at[m])
-        frees.setdefault(at, []).append(Free(t, device))
-    events: list[Event] = list(frees.get(-1, []))
-    for index, event in enumerate(raw):
-        events.append(event)
-        events.extend(frees.get(index, []))
-    return Schedule(events=tuple(events), home=home)
+    return Schedule(events=tuple(free_after_last_read(graph, raw, home)), home=home)
 
 
 def recompute_choices(graph: Graph, every: int = 2) -> dict[int, list[int]]:
