@@ -50,7 +50,7 @@ class Region(str, Enum):
 
 
 # Bits per element of every tensor type ONNX defines with a fixed width.
-_ELEMENT_BITS = {
+_ELEMENT_BITS: dict[int, int] = {
     TensorProto.FLOAT: 32, TensorProto.UINT8: 8, TensorProto.INT8: 8, TensorProto.UINT16: 16,
     TensorProto.INT16: 16, TensorProto.INT32: 32, TensorProto.INT64: 64, TensorProto.BOOL: 8,
     TensorProto.FLOAT16: 16, TensorProto.DOUBLE: 64, TensorProto.UINT32: 32,
@@ -81,6 +81,12 @@ class Tensor:
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def known_producer(self) -> int:
+        """`producer` of a tensor the caller knows an op writes (not an input or a constant)."""
+        assert self.producer is not None, f"tensor '{self.name}' is written by no op"
+        return self.producer
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,9 @@ def graph_from_node_link(data: Mapping[str, Any], name: str = "graph") -> tuple[
         name=name, ops=tuple(ops), tensors=tuple(tensors),
         inputs=tuple(tensor_of[k] for k in order if nodes[k].get("input")),
         outputs=tuple(tensor_of[k] for k in order if not succs[k]),
-        loss=None, opset=0, ir_version=0, model_sha256=sha, proto=None,
+        # No ONNX model behind a node-link graph: it comes with its own profile, so nothing
+        # that reads `proto` (profiling) runs on it.
+        loss=None, opset=0, ir_version=0, model_sha256=sha, proto=None,  # type: ignore[arg-type]
     )
     return graph, _profile(graph, [nodes[k] for k in order if not nodes[k].get("input")])
 

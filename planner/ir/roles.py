@@ -100,7 +100,8 @@ def find_loss(s: Structure) -> int | None:
 def ancestor_ops(s: Structure, tensor: int) -> set[int]:
     """Every op whose result `tensor` depends on."""
     seen: set[int] = set()
-    stack = [s.producer[tensor]] if s.producer[tensor] is not None else []
+    first = s.producer[tensor]
+    stack = [first] if first is not None else []
     while stack:
         op = stack.pop()
         if op in seen:
@@ -258,8 +259,8 @@ def _tensor_roles(
             continue
         if t in outputs:
             roles[t] = "output"
-        elif s.producer[t] is not None:
-            roles[t] = region_role[regions[s.producer[t]]]
+        elif (producer := s.producer[t]) is not None:
+            roles[t] = region_role[regions[producer]]
         else:
             roles[t] = "constant"
     return roles

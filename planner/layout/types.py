@@ -7,10 +7,13 @@ ranges intersect, and conflicting buffers must occupy disjoint address ranges of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
-STATUS_OPTIMAL = "OPTIMAL"
-STATUS_FEASIBLE = "FEASIBLE"
-STATUS_INFEASIBLE = "INFEASIBLE"
+STATUS_OPTIMAL: Final = "OPTIMAL"
+STATUS_FEASIBLE: Final = "FEASIBLE"
+STATUS_INFEASIBLE: Final = "INFEASIBLE"
+# A layout always exists (the heuristics place everything), proven minimal or not.
+LayoutStatus = Literal["OPTIMAL", "FEASIBLE"]
 
 DEFAULT_ALIGNMENT = 64
 
@@ -52,7 +55,7 @@ class Layout:
     offsets: dict[str, int] = field(hash=False)
     arena_size: int
     lower_bound: int
-    status: str
+    status: LayoutStatus
     method: str
     solve_seconds: float
     timed_out: bool = False

@@ -56,18 +56,19 @@ def aliases_in_order(graph: Graph, order: Sequence[int]) -> dict[int, int]:
         new: state
         for new, state in state_updates(graph).in_place.items()
         if takes_over_storage((position[r] for r in graph.tensors[state].consumers),
-                              position[graph.tensors[new].producer])
+                              position[graph.tensors[new].known_producer])
     }
 
 
 def _analyze(graph: Graph) -> StateUpdates:
-    persistent = frozenset(t.id for t in graph.tensors if t.updated_by is not None)
+    new_value_of = {t.id: t.updated_by for t in graph.tensors if t.updated_by is not None}
+    persistent = frozenset(new_value_of)
     descendants = _descendant_sets(graph)
     in_place: dict[int, int] = {}
     edges: dict[int, list[int]] = {}
-    for state_id in sorted(persistent):
+    for state_id, new_id in sorted(new_value_of.items()):
         state = graph.tensors[state_id]
-        new = graph.tensors[state.updated_by]
+        new = graph.tensors[new_id]
         updater = new.producer
         if (
             updater is None

@@ -40,10 +40,10 @@ def early_update_edges(graph: Graph) -> dict[int, list[int]]:
         ring = {v}
         while ring:
             ring = {
-                graph.tensors[t].producer
+                producer
                 for op in ring
                 for t in graph.ops[op].input_ids
-                if graph.tensors[t].producer is not None
+                if (producer := graph.tensors[t].producer) is not None
             } - visited
             visited |= ring
             candidates = {

@@ -7,6 +7,7 @@ against (the file order is what ONNX Runtime executes).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from planner.ir.graph import Graph
 from planner.memory.liveness import outlives_step
@@ -40,7 +41,7 @@ def eager_free_order(graph: Graph) -> list[int]:
                                                         op_id))
 
 
-def _list_schedule(graph: Graph, priority) -> list[int]:
+def _list_schedule(graph: Graph, priority: Callable[[int, int], tuple]) -> list[int]:
     """Run the ready op with the smallest `priority(growth, op_id)` until all ops ran."""
     tensors = graph.tensors
     updates = state_updates(graph)

@@ -200,14 +200,14 @@ def solve_lifetime_problem(
     steps = problem.steps
     model = cp_model.CpModel()
     create = [
-        {t: model.NewBoolVar(f"C_{v}_{t}") for t in range(lo, hi + 1)}
+        {t: model.new_bool_var(f"C_{v}_{t}") for t in range(lo, hi + 1)}
         for v, (lo, hi) in enumerate(zip(problem.asap, problem.alap, strict=True))
     ]
     for by_step in create:  # eq. 3: every op runs once (and so creates each output once)
-        model.AddExactlyOne(by_step.values())
+        model.add_exactly_one(by_step.values())
     if problem.one_op_per_step:
         for t in range(steps):
-            model.AddExactlyOne(c[t] for c in create if t in c)
+            model.add_exactly_one(c[t] for c in create if t in c)
     _add_edges(model, create, problem.edges)
 
     level_terms: list[list[tuple[int, cp_model.IntVar | int]]] = [[] for _ in range(steps)]
@@ -222,13 +222,13 @@ def solve_lifetime_problem(
                 level_terms[t].append((tensor.size, c))
         for t, p in preserve.items():
             level_terms[t].append((tensor.size, p))
-    variables = len(model.Proto().variables)
+    variables = len(model.proto.variables)
 
     upper = max(problem.baseline, default=0) + sum(t.size for t in problem.tensors)
-    peak = model.NewIntVar(0, upper, "peak")
+    peak = model.new_int_var(0, upper, "peak")
     for t, terms in enumerate(level_terms):  # eq. 13
-        model.Add(problem.baseline[t] + sum(size * var for size, var in terms) <= peak)
-    model.Minimize(peak)  # eq. 14
+        model.add(problem.baseline[t] + sum(size * var for size, var in terms) <= peak)
+    model.minimize(peak)  # eq. 14
     if hint_steps is not None:
         _add_hint(model, problem, hint_steps, create, preserves)
 
@@ -237,17 +237,17 @@ def solve_lifetime_problem(
     solver.parameters.max_time_in_seconds = max(0.01, time_limit - (time.perf_counter() - started))
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
-    status = solver.Solve(model)
+    status = solver.solve(model)
     seconds = time.perf_counter() - started
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ProblemSolution(None, STATUS_NAMES.get(status, "UNKNOWN"), None,
-                               int(solver.BestObjectiveBound()), seconds, variables)
-    step_of = [next(t for t, c in by_step.items() if solver.BooleanValue(c)) for by_step in create]
+                               int(solver.best_objective_bound), seconds, variables)
+    step_of = [next(t for t, c in by_step.items() if solver.boolean_value(c)) for by_step in create]
     return ProblemSolution(
         step_of=step_of,
         status=STATUS_NAMES[status],
-        objective=int(solver.ObjectiveValue()),
-        bound=int(solver.BestObjectiveBound()),
+        objective=int(solver.objective_value),
+        bound=int(solver.best_objective_bound),
         seconds=seconds,
         variables=variables,
     )
@@ -262,29 +262,34 @@ def merge_edges(*edge_maps: dict[int, list[int]] | None) -> dict[int, list[int]]
     return merged
 
 
-def _add_edges(model, create, edges) -> None:
+def _add_edges(model: cp_model.CpModel, create: list[dict[int, cp_model.IntVar]],
+               edges: dict[int, list[int]]) -> None:
     """Precedence edges without a tensor (control / read-before-update): step(v) < step(w)."""
     step = [sum(t * c for t, c in by_step.items()) for by_step in create]
     for v, ws in edges.items():
         for w in ws:
-            model.Add(step[v] + 1 <= step[w])
+            model.add(step[v] + 1 <= step[w])
 
 
-def _add_hint(model, problem, hint_steps, create, preserves) -> None:
+def _add_hint(model: cp_model.CpModel, problem: LifetimeProblem, hint_steps: Sequence[int],
+              create: list[dict[int, cp_model.IntVar]],
+              preserves: list[dict[int, cp_model.IntVar | int]]) -> None:
     """Hint a full solution: C from the hinted steps, P from the lifetimes they imply."""
     for v, by_step in enumerate(create):
         for t, c in by_step.items():
-            model.AddHint(c, t == hint_steps[v])
-    for tensor, by_step in zip(problem.tensors, preserves, strict=True):
+            model.add_hint(c, t == hint_steps[v])
+    for tensor, preserve in zip(problem.tensors, preserves, strict=True):
         born = -1 if tensor.producer is None else hint_steps[tensor.producer]
         reads = [hint_steps[r] for r in tensor.readers]
         until = problem.steps - 1 if tensor.to_end else max(reads, default=born)
-        for t, p in by_step.items():
+        for t, p in preserve.items():
             if not isinstance(p, int):
-                model.AddHint(p, born < t <= until)
+                model.add_hint(p, born < t <= until)
 
 
-def _preserve_vars(model, tensor: ProblemTensor, create, problem: LifetimeProblem):
+def _preserve_vars(model: cp_model.CpModel, tensor: ProblemTensor,
+                   create: list[dict[int, cp_model.IntVar]], problem: LifetimeProblem
+                   ) -> dict[int, cp_model.IntVar | int]:
     """P[e, t] over MUL(e) with PRES(e) fixed, and eq. 1, 2 and 4 for one tensor.
 
     Returns the variables by step (the constant 1 on PRES).
@@ -307,24 +312,24 @@ def _preserve_vars(model, tensor: ProblemTensor, create, problem: LifetimeProble
         if fixed_from <= t <= fixed_until:
             preserve[t] = 1  # eq. 12 (PRES)
         else:
-            preserve[t] = model.NewBoolVar(f"P_{t}")
+            preserve[t] = model.new_bool_var(f"P_{t}")
     made = create[tensor.producer] if tensor.producer is not None else {}
     for t, p in preserve.items():
         previous = preserve.get(t - 1, 1 if tensor.producer is None and t == 0 else 0)
         created_before = made.get(t - 1, 0)
         if not all(isinstance(x, int) for x in (p, previous, created_before)):
-            model.Add(p <= previous + created_before)  # eq. 2, also into a pinned PRES level
+            model.add(p <= previous + created_before)  # eq. 2, also into a pinned PRES level
         if t in made:
-            model.Add(p + made[t] <= 1)  # eq. 1
+            model.add(p + made[t] <= 1)  # eq. 1
     for reader in readers:  # eq. 4: an op's inputs are resident when it runs
         for t, c in create[reader].items():
             p = preserve.get(t, 0)
             if isinstance(p, int):
                 if p == 0:
-                    model.Add(c == 0)
+                    model.add(c == 0)
             else:
-                model.AddImplication(c, p)
+                model.add_implication(c, p)
     if tensor.to_end and tensor.producer is not None:
         end = preserve.get(depth - 1, 0)
-        model.Add(end + made.get(depth - 1, 0) == 1)  # outputs survive to the end
+        model.add(end + made.get(depth - 1, 0) == 1)  # outputs survive to the end
     return preserve

@@ -29,7 +29,7 @@ from planner.order.control_edges import early_update_edges
 from planner.order.heuristics import eager_free_order, file_order, levelize, memory_greedy_order
 from planner.order.olla_ilp import count_variables, sequential_spans, solve_lifetimes
 from planner.order.refine import refine_order
-from schemas.plan import SolverReport
+from schemas.plan import SolverReport, SolverStatus
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class OrderResult:
     file_order_peak_bytes: int
     lower_bound_bytes: int
     method: str  # "file" | "greedy" | "eager_free" | "olla" | "olla_windows"
-    status: str  # OPTIMAL | FEASIBLE (see module docstring)
+    status: SolverStatus  # OPTIMAL | FEASIBLE (see module docstring)
     gap: float  # (peak - lower bound) / lower bound
     seconds: float
     candidates: dict[str, int] = field(default_factory=dict)  # method -> peak bytes

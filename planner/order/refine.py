@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 from planner.ir.graph import Graph
-from planner.memory.liveness import lifetimes, persistent_tensors
+from planner.memory.liveness import Lifetimes, lifetimes, persistent_tensors
 from planner.memory.sharing import state_updates
 from planner.order.olla_ilp import (
     LifetimeProblem,
@@ -46,12 +46,12 @@ def refine_order(
     double (bigger windows see more, cost more), until the window covers the graph or time is up.
     """
     deadline = time.perf_counter() + time_limit
-    order = list(order)
-    n = len(order)
+    current = list(order)
+    n = len(current)
     improved = 0
     tried: set[tuple[int, int, int]] = set()
     while time.perf_counter() < deadline:
-        life = lifetimes(graph, order)
+        life = lifetimes(graph, current)
         peak = life.peak
         progress = False
         for k in (k for k, live in enumerate(life.live_bytes) if live == peak):
@@ -62,32 +62,33 @@ def refine_order(
                 continue
             tried.add((start, stop, peak))
             candidate = _solve_window(
-                graph, order, life, start, stop, min(remaining, window_time_limit), workers, seed
+                graph, current, life, start, stop, min(remaining, window_time_limit), workers, seed
             )
             if candidate is not None:
-                order, improved, progress = candidate, improved + 1, True
+                current, improved, progress = candidate, improved + 1, True
                 break
         if not progress:
             if window >= n or deadline - time.perf_counter() <= 0.05:
                 break
             window, window_time_limit = window * 2, window_time_limit * 2
-    return order, improved
+    return current, improved
 
 
-def _solve_window(graph, order, life, start, stop, time_limit, workers, seed):
+def _solve_window(graph: Graph, order: Sequence[int], life: Lifetimes, start: int, stop: int,
+                  time_limit: float, workers: int, seed: int) -> list[int] | None:
     """Re-order order[start:stop] exactly; return the new order if the window's max dropped."""
     problem, ops = window_problem(graph, order, life, start, stop)
     current = max(life.live_bytes[start:stop])
     solution = solve_lifetime_problem(
         problem, list(range(len(ops))), time_limit=time_limit, workers=workers, seed=seed
     )
-    if solution.step_of is None or solution.objective >= current:
+    if solution.step_of is None or solution.objective is None or solution.objective >= current:
         return None
     inner = [op for _, op in sorted(zip(solution.step_of, ops, strict=True))]
     return list(order[:start]) + inner + list(order[stop:])
 
 
-def window_problem(graph: Graph, order, life, start: int, stop: int
+def window_problem(graph: Graph, order: Sequence[int], life: Lifetimes, start: int, stop: int
                    ) -> tuple[LifetimeProblem, list[int]]:
     """The lifetime problem of order[start:stop] with everything else fixed (module doc)."""
     ops = list(order[start:stop])
@@ -96,8 +97,8 @@ def window_problem(graph: Graph, order, life, start: int, stop: int
     updates = state_updates(graph)
     successors: list[list[int]] = [[] for _ in ops]
     for op in ops:
-        for t in graph.ops[op].output_ids:
-            successors[local[op]].extend(local[c] for c in graph.tensors[t].consumers
+        for out in graph.ops[op].output_ids:
+            successors[local[op]].extend(local[c] for c in graph.tensors[out].consumers
                                          if c in local)
     edges = {
         local[v]: [local[w] for w in ws if w in local]

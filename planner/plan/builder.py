@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, plan_layout
@@ -30,7 +31,7 @@ from schemas.plan import (
     SolverReport,
 )
 
-PERSISTENT = "persistent"
+PERSISTENT: Final = "persistent"
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,9 @@ def build_plan(
                        for t in graph.outputs},
         constants={t.name: name[history[(t.id, schedule.home[t.id])][0]]
                    for t in graph.tensors if t.is_initializer},
-        state_updates={graph.tensors[t].name: graph.tensors[graph.tensors[t].updated_by].name
-                       for t in sorted(updates.persistent)},
+        state_updates={graph.tensors[t].name: graph.tensors[new].name
+                       for t in sorted(updates.persistent)
+                       if (new := graph.tensors[t].updated_by) is not None},  # all of them
         predicted_seconds=predicted_seconds,
         solvers=reports,
     )
@@ -156,7 +158,10 @@ def _steps(graph: Graph, walk: Replay, name: dict[Materialization, str]
                 recompute=event.recompute,
             ))
         elif isinstance(event, Copy):
-            steps.append(CopyStep(src=name[io.reads[0]], dst=name[io.writes[0]]))
+            src, dst = io.reads[0], io.writes[0]
+            assert src is not None and dst is not None, "a copy reads and writes one buffer"
+            steps.append(CopyStep(src=name[src], dst=name[dst]))
         elif isinstance(event, Free):
+            assert io.freed is not None, "a free names what it frees"
             steps.append(FreeStep(buffer=name[io.freed]))
     return steps

@@ -22,12 +22,20 @@ It returns the per-device memory curve and the time predicted from a profile.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, check_layout
 from planner.plan.live import live_curves
-from schemas.plan import PLAN_SCHEMA_VERSION, ComputeStep, CopyStep, FreeStep, Plan
+from schemas.plan import (
+    PLAN_SCHEMA_VERSION,
+    BufferSpec,
+    ComputeStep,
+    CopyStep,
+    FreeStep,
+    Plan,
+)
 from schemas.profile import Profile
 
 
@@ -65,7 +73,7 @@ def validate_plan(graph: Graph, plan: Plan, profile: Profile | None = None) -> V
     return ValidationReport(errors, live, predicted)
 
 
-def _check_buffer(graph: Graph, b, budgets) -> list[str]:
+def _check_buffer(graph: Graph, b: BufferSpec, budgets: Mapping[str, int]) -> list[str]:
     if b.device not in budgets:
         return [f"buffer {b.id} is on {b.device}, which the plan has no budget for"]
     try:
@@ -80,7 +88,7 @@ def _check_buffer(graph: Graph, b, budgets) -> list[str]:
     return problems
 
 
-def _replay(graph: Graph, plan: Plan, buffers) -> list[str]:
+def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[str]:
     errors: list[str] = []
     live: set[str] = set()
     created: dict[str, int] = {}
@@ -141,14 +149,14 @@ def _replay(graph: Graph, plan: Plan, buffers) -> list[str]:
             if len(s.inputs) != len(op.inputs) or len(s.outputs) != len(op.outputs):
                 errors.append(f"step {step} ({op.name}) has the wrong number of inputs/outputs")
                 continue
-            for t, b_id in zip(op.inputs, s.inputs, strict=True):
-                if (t is None) != (b_id is None):
+            for t, bound in zip(op.inputs, s.inputs, strict=True):
+                if t is not None and bound is not None:
+                    read(bound, step, s.device, graph.tensors[t].name)
+                elif (t is None) != (bound is None):
                     errors.append(f"step {step} ({op.name}) binds an omitted input or omits one")
-                elif t is not None:
-                    read(b_id, step, s.device, graph.tensors[t].name)
-            for t, b_id in zip(op.outputs, s.outputs, strict=True):
-                if t is not None and b_id is not None:
-                    write(b_id, step, s.device, graph.tensors[t].name)
+            for t, bound in zip(op.outputs, s.outputs, strict=True):
+                if t is not None and bound is not None:
+                    write(bound, step, s.device, graph.tensors[t].name)
         elif isinstance(s, CopyStep):
             read(s.src, step, None, None)
             if s.src in buffers:
@@ -179,14 +187,15 @@ def _replay(graph: Graph, plan: Plan, buffers) -> list[str]:
     return errors
 
 
-def _live_curves(plan: Plan, buffers) -> dict[str, list[int]]:
+def _live_curves(plan: Plan, buffers: dict[str, BufferSpec]) -> dict[str, list[int]]:
     n = len(plan.steps)
     curves = live_curves(buffers.values(), n)
     return {device: curves[device].tolist() if device in curves else [0] * n
             for device in plan.request.budgets}
 
 
-def _check_memory(plan: Plan, buffers, live) -> list[str]:
+def _check_memory(plan: Plan, buffers: dict[str, BufferSpec],
+                  live: dict[str, list[int]]) -> list[str]:
     errors = []
     arenas = {d.device: d.arena_bytes for d in plan.devices}
     for device, budget in plan.request.budgets.items():
@@ -218,7 +227,8 @@ def _check_memory(plan: Plan, buffers, live) -> list[str]:
     return errors
 
 
-def _predicted_seconds(plan: Plan, buffers, profile: Profile) -> float | None:
+def _predicted_seconds(plan: Plan, buffers: dict[str, BufferSpec],
+                       profile: Profile) -> float | None:
     from planner.profile import copy_seconds
 
     costs = {op.op_id: op.costs for op in profile.ops}

@@ -316,18 +316,11 @@ class _NodeRecord:
     cost: dict[str, int] = field(default_factory=dict)
 
 
-def _producer(graph: Graph, tensor: int) -> int:
-    """The op that writes `tensor`, which the caller knows no graph input or constant is."""
-    op = graph.tensors[tensor].producer
-    assert op is not None, f"tensor {graph.tensors[tensor].name} has no producer"
-    return op
-
-
 def _source_values(grouping: _Grouping, home: str) -> _Values:
     """One value per tensor no op produces (graph inputs, constants, state), all on `home`."""
     graph = grouping.graph
     persistent = persistent_tensors(graph)
-    update_stage_of = {state: grouping.node_of[_producer(graph, new)]
+    update_stage_of = {state: grouping.node_of[graph.tensors[new].known_producer]
                        for new, state in grouping.alias.items()}
     values = _Values()
     for t in graph.tensors:
@@ -497,7 +490,7 @@ def _internal_peak(graph: Graph, members: Sequence[int], internal: set[int], uni
     position = {op: k for k, op in enumerate(members)}
     ranges = []
     for t in internal:
-        born = position[_producer(graph, t)]
+        born = position[graph.tensors[t].known_producer]
         reads = [position[c] for c in graph.tensors[t].consumers if c in position]
         ranges.append((born, max([born, *reads]), -(-graph.tensors[t].nbytes // unit)))
     return max(live_curve(ranges, len(members)), default=0)
