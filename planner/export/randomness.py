@@ -106,7 +106,10 @@ class ReplayDraws:
         replay = self
 
         class Replay(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            def __torch_dispatch__(
+                self, func: Any, types: Sequence[type], args: Sequence[Any] = (),
+                kwargs: dict[str, Any] | None = None,
+            ) -> Any:
                 kwargs = kwargs or {}
                 if func in (aten.bernoulli_.float, aten.bernoulli.p):
                     # The dispatcher leaves out arguments equal to their default (p=0.5).

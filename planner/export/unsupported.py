@@ -90,7 +90,10 @@ def _callers(model: Any, inputs: Sequence[Any]) -> dict[str, tuple[str, str]]:
     callers: dict[str, tuple[str, str]] = {}
 
     class RecordCallers(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_dispatch__(
+            self, func: Any, types: Sequence[type], args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             callers.setdefault(func._overloadpacket.__name__, stack[-1])
             return func(*args, **(kwargs or {}))
 
