@@ -259,6 +259,10 @@ LINES = [("budget", BUDGET_COLOUR, "dashed"), ("arena size", ARENA_COLOUR, "soli
          ("live-bytes lower bound", BOUND_COLOUR, "dotted")]
 
 
+def _section(section_id: str, title: str, parts: list[str]) -> str:
+    return f'<section id="{section_id}"><h2>{title}</h2>{"".join(parts)}</section>'
+
+
 def _device_figure(device: str, legend: str, svg: str, caption: str, note: str = "") -> str:
     """One device's figure in a section: heading, legend, an optional note, the captioned SVG."""
     return (f"<h3>{escape(device)}</h3>{legend}{note}"
@@ -266,7 +270,7 @@ def _device_figure(device: str, legend: str, svg: str, caption: str, note: str =
 
 
 def _memory_section(data: ReportData) -> str:
-    parts = ['<section id="memory"><h2>Memory in use over the steps</h2>']
+    parts = []
     steps = data.steps
     for c in data.memory:
         present = [(layer_name(k), LAYERS[k][1]) for k in LAYERS if any(c.layers.get(k, []))]
@@ -282,13 +286,11 @@ def _memory_section(data: ReportData) -> str:
             caption += (f" Downsampled to {len(c.steps)} points: each shows the step with the "
                         "most bytes live among its run of consecutive steps, so peaks are kept.")
         parts.append(_device_figure(c.device, _legend(present, LINES), memory_svg(c), caption))
-    parts.append("</section>")
-    return "".join(parts)
+    return _section("memory", "Memory in use over the steps", parts)
 
 
 def _matrix_section(data: ReportData) -> str:
-    parts = ['<section id="matrices"><h2>Compute/keep matrices</h2>',
-             "<p>One row per op, in order of its first computation; one column per step. A cell "
+    parts = ["<p>One row per op, in order of its first computation; one column per step. A cell "
              "shows when the op runs on the device (computed, or recomputed in red) and while "
              "one of its outputs is kept there (the Checkmate R and S matrices over steps). The "
              "band on the left gives the op's region when the model is known.</p>"]
@@ -305,13 +307,11 @@ def _matrix_section(data: ReportData) -> str:
                       "copy &gt; kept), so no recomputation is hidden.</p>")
         parts.append(_device_figure(m.device, _legend(states + regions), matrix_svg(m), caption,
                                     note=binned))
-    parts.append("</section>")
-    return "".join(parts)
+    return _section("matrices", "Compute/keep matrices", parts)
 
 
 def _arena_section(data: ReportData) -> str:
-    parts = ['<section id="arena"><h2>Arena maps</h2>',
-             "<p>Every buffer as a rectangle: the steps it is live in (x) by the bytes it "
+    parts = ["<p>Every buffer as a rectangle: the steps it is live in (x) by the bytes it "
              "occupies in the device's arena (y, offset 0 at the bottom). Hover a rectangle for "
              "its tensor, size and offset.</p>"]
     for a in data.arenas:
@@ -325,8 +325,7 @@ def _arena_section(data: ReportData) -> str:
                     "the page responsive.</p>")
         legend = _legend([(layer_name(k), LAYERS[k][1]) for k in present], LINES)
         parts.append(_device_figure(a.device, legend, arena_svg(a), caption, note=note))
-    parts.append("</section>")
-    return "".join(parts)
+    return _section("arena", "Arena maps", parts)
 
 
 def _steps_section(data: ReportData) -> str:
