@@ -9,8 +9,8 @@
 3. `rename_io`: readable names for graph inputs and outputs (`fc1.weight`,
    `fc1.weight.exp_avg`, `fc1.weight.updated`, `loss`); Identity nodes where one value must
    appear under two output names or an output is an input or a constant.
-4. `finalize`: IR version 10, onnx.checker, strict shape inference, and a check that every
-   tensor of the graph has a static shape.
+4. `finalize`: IR version 10, onnx.checker, strict shape inference, a check that every
+   tensor of the graph has a static shape, and CastLike written as Cast (`cast_like_to_cast`).
 """
 
 from __future__ import annotations
@@ -199,7 +199,35 @@ def finalize(model: onnx.ModelProto) -> onnx.ModelProto:
                     f"tensor {name!r} (output of {node.op_type} {node.name!r}) has no static "
                     "shape after shape inference"
                 )
+    cast_like_to_cast(inferred)
     return inferred
+
+
+def cast_like_to_cast(model: onnx.ModelProto) -> int:
+    """Replace every CastLike by a Cast to its (statically known) target type, in place.
+
+    ONNX Runtime has no kernel for CastLike and expands it into its function body when a session
+    is created; the expanded nodes get new, larger node indices, so they and everything that
+    waits for them run after nodes planned later (runtime/segments.py relies on index order).
+    A Cast says the same with one native op. Returns how many were replaced.
+    """
+    graph = model.graph
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in (*graph.value_info, *graph.input, *graph.output)}
+    types.update({t.name: t.data_type for t in graph.initializer})
+    replaced = 0
+    for node in graph.node:
+        if node.op_type != "CastLike" or node.domain not in ("", "ai.onnx"):
+            continue
+        target = types.get(node.input[1])
+        if not target:
+            continue
+        del node.input[1:]
+        del node.attribute[:]
+        node.op_type = "Cast"
+        node.attribute.append(helper.make_attribute("to", target))
+        replaced += 1
+    return replaced
 
 
 def _is_static(type_proto: onnx.TypeProto) -> bool:

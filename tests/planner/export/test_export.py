@@ -254,6 +254,8 @@ def _assert_graph_contract(result):
     assert set(result.input_names("parameter")) <= set(result.updates)
     domains = {node.domain for node in model.graph.node}
     assert domains <= {"", "ai.onnx"}
+    # ONNX Runtime would expand CastLike into new nodes out of the graph's order.
+    assert "CastLike" not in {node.op_type for node in model.graph.node}
 
 
 @pytest.mark.parametrize("name", ["sgd", "momentum", "adam", "adamw"])
