@@ -19,13 +19,17 @@ Every export is verified: onnxruntime runs the graph and an eager torch step run
 values; `ExportResult` carries the differences (see planner.export.verify for Adam).
 
 How (REFERENCES.md, "Facts about the dependencies"): `torch.func.grad_and_value` over
-`functional_call`, traced by `make_fx` with core + backward + batch-norm decompositions and our
-own convolution / adaptive-pool backward (planner.export.decompositions), exported with
+`functional_call`, traced by `make_fx` (math attention backend, no mkldnn RNN kernels) with core
++ backward + batch-norm decompositions and our own for convolution, adaptive-pool, 3-D pooling,
+upsampling and fused-attention backward (planner.export.decompositions), exported with
 `torch.onnx.export(dynamo=True)` without the optimizer rules that delete tiny constants
-(planner.export.onnx_graph).
+(planner.export.onnx_graph). Dropout stays on: its masks are drawn in the graph by seeded random
+nodes, and verification replays them in torch (planner.export.randomness). An op without ONNX
+translation is reported with the module that called it (planner.export.unsupported).
 
 Modules: spec (OptimizerSpec, ExportResult; no torch), exporter (export_training_graph),
-trace, decompositions, optimizers, losses, onnx_graph, verify, factory (MODULE:FACTORY loading).
+trace, decompositions (+ attention, resampling, pooling), randomness, unsupported, optimizers,
+losses, onnx_graph, verify, factory (MODULE:FACTORY loading).
 """
 
 from __future__ import annotations
