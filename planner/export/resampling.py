@@ -96,28 +96,21 @@ def _split_scales(args: Sequence[Any], nd: int) -> list[float | None]:
     return scales[:nd]
 
 
-def _nearest_backward(nd: int, exact: bool) -> Callable[..., Tensor]:
+def _upsample_backward(nd: int, mode: str) -> Callable[..., Tensor]:
+    """The backward op of `mode` ("nearest", "nearest-exact" or "linear", whose op takes
+    align_corners before the scales) over `nd` spatial axes."""
+
     def backward(grad_out: Tensor, output_size: Sequence[int], input_size: Sequence[int],
-                 *scales: float | None) -> Tensor:
-        spatial_in = list(input_size)[-nd:]
-        factors = _split_scales(scales, nd)
-        return _apply_transposed(grad_out, [
-            nearest_matrix(i, o, s, exact, _real(grad_out))
-            for i, o, s in zip(spatial_in, output_size, factors, strict=True)
-        ])
-
-    return backward
-
-
-def _linear_backward(nd: int) -> Callable[..., Tensor]:
-    def backward(grad_out: Tensor, output_size: Sequence[int], input_size: Sequence[int],
-                 align_corners: bool, *scales: float | None) -> Tensor:
-        spatial_in = list(input_size)[-nd:]
-        factors = _split_scales(scales, nd)
-        return _apply_transposed(grad_out, [
-            linear_matrix(i, o, align_corners, s, _real(grad_out))
-            for i, o, s in zip(spatial_in, output_size, factors, strict=True)
-        ])
+                 *rest: Any) -> Tensor:
+        align_corners = bool(rest[0]) if mode == "linear" else False
+        scales = _split_scales(rest[1:] if mode == "linear" else rest, nd)
+        real = _real(grad_out)
+        matrices = [
+            linear_matrix(i, o, align_corners, s, real) if mode == "linear"
+            else nearest_matrix(i, o, s, mode == "nearest-exact", real)
+            for i, o, s in zip(list(input_size)[-nd:], output_size, scales, strict=True)
+        ]
+        return _apply_transposed(grad_out, matrices)
 
     return backward
 
@@ -127,9 +120,9 @@ def upsample_backward_decompositions() -> dict[Any, Callable[..., Tensor]]:
     table: dict[Any, Callable[..., Tensor]] = {}
     for nd, linear_name in ((1, "upsample_linear1d"), (2, "upsample_bilinear2d"),
                             (3, "upsample_trilinear3d")):
-        table[getattr(aten, f"{linear_name}_backward").default] = _linear_backward(nd)
+        table[getattr(aten, f"{linear_name}_backward").default] = _upsample_backward(nd, "linear")
         table[getattr(aten, f"upsample_nearest{nd}d_backward").default] = (
-            _nearest_backward(nd, exact=False))
+            _upsample_backward(nd, "nearest"))
         table[getattr(aten, f"_upsample_nearest_exact{nd}d_backward").default] = (
-            _nearest_backward(nd, exact=True))
+            _upsample_backward(nd, "nearest-exact"))
     return table
