@@ -91,7 +91,7 @@ def _matrix(index: PlanIndex, device: str, max_rows: int, max_cols: int,
             break
         steps_per_col *= 2
     rows = []
-    for r in range(grid.shape[0]):
+    for r in range(math.ceil(len(ordered) / ops_per_row)):  # none for a device that runs nothing
         members = ordered[r * ops_per_row:(r + 1) * ops_per_row]
         first_op = index.ops.get(members[0])
         label = first_op.name if first_op else f"op {members[0]}"

@@ -162,6 +162,20 @@ def test_report_of_a_pipeline_plan_without_the_model(mlp_plan):
     assert data.matrices[0].recomputed == 0 and data.summary.copy_steps == 0
 
 
+def test_a_device_that_runs_nothing_gets_an_empty_figure():
+    """Issue 15, F1: a second arena with no buffers (the planner keeps everything on the first)
+    used to end in IndexError, a 500 from the service and exit 1 from the CLI."""
+    plan = plan_model(model_path("mlp_sgd"), PlanRequest(
+        budgets={"cpu": 2**30, "cpu:1": 2**30}, time_limit_s=10))
+    idle = [d for d in plan.request.budgets if not any(b.device == d for b in plan.buffers)]
+    assert idle, "the case needs a device without buffers"
+    data = build_report_data(plan)
+    empty = [m for m in data.matrices if m.device in idle]
+    assert empty and all(m.n_ops == 0 and m.rows == [] for m in empty)
+    html = render_report_html(plan)
+    assert all(f"<h3>{d}</h3>" in html for d in idle)
+
+
 def test_long_solver_notes_fold_away_escaped(mlp_plan):
     notes = [f"note {k} <{k}>" for k in range(5)]
     solvers = [r.model_copy(update={"notes": notes}) for r in mlp_plan.solvers[:1]]
