@@ -25,21 +25,23 @@ import json
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from schemas.profile import Profile
 
 PLAN_SCHEMA_VERSION = 1
 # `cpu:N` is an extra host arena (a second NUMA node, or a stand-in for a second device when no
 # GPU is at hand); it runs on the CPU and shares the CPU's costs.
-DEVICE_PATTERN = re.compile(r"^(cpu(:\d+)?|cuda:\d+)$")
+DEVICE_PATTERN = re.compile(r"cpu(:\d+)?|cuda:\d+")  # the whole name: fullmatch, no "\n"
+# Sizes the solvers and ONNX shapes can hold (int64); a JSON `true` is no number of bytes.
+WholeNumber = Annotated[int, Strict(), Field(lt=2**63)]
 SolverStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
 
 
 def check_device_name(name: str) -> str:
-    if not DEVICE_PATTERN.match(name):
+    if not DEVICE_PATTERN.fullmatch(name):
         raise ValueError(
-            f"unknown device '{name}': use 'cpu', 'cuda:N' (e.g. cuda:0) or 'cpu:N' for an extra "
+            f"unknown device {name!r}: use 'cpu', 'cuda:N' (e.g. cuda:0) or 'cpu:N' for an extra "
             "host arena"
         )
     return name
@@ -50,13 +52,13 @@ class PlanRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    budgets: dict[str, int] = Field(
+    budgets: dict[str, WholeNumber] = Field(
         min_length=1,
         description="device ('cpu', 'cuda:N', 'cpu:N') -> bytes its arena may use for the whole "
         "step: "
         "parameters, optimizer state, gradients, activations, workspace",
     )
-    dims: dict[str, int] = Field(
+    dims: dict[str, WholeNumber] = Field(
         default_factory=dict, description="values for the model's symbolic dims, e.g. batch"
     )
     objective: Literal["time"] = Field(
@@ -64,7 +66,7 @@ class PlanRequest(BaseModel):
     )
     time_limit_s: float = Field(default=30.0, gt=0, le=3600, description="solver time limit")
     workers: int = Field(default=1, ge=1, le=64, description="CP-SAT worker threads")
-    seed: int = Field(default=0, ge=0, description="CP-SAT random seed")
+    seed: int = Field(default=0, ge=0, lt=2**31, description="CP-SAT random seed (int32)")
     alignment: int = Field(default=64, ge=1, le=4096, description="byte alignment of offsets")
     profile: Profile | None = Field(
         default=None, description="per-op costs measured elsewhere (arenaplan profile -o)"

@@ -207,6 +207,11 @@ def test_model_errors_are_422(server):
     ('{"budgets": {"cpu": 1000}, "time_limit_s": 0}', "time_limit_s"),
     ('[1, 2]', "PlanRequest"),
     ('{"budgets": {"cpu": 1000}, "dims": {"batch": 0}}', "batch"),
+    # issue 15, F5 and F6: each used to be accepted, then failed as "a bug" (409) or planned
+    ('{"budgets": {"cuda:0\\n": 1000}}', "unknown device 'cuda:0\\n'"),
+    ('{"budgets": {"cpu": true}}', "valid integer"),
+    ('{"budgets": {"cpu": 1000}, "seed": 2147483648}', "less than 2147483648"),
+    ('{"budgets": {"cpu": 1000}, "dims": {"batch": 9223372036854775808}}', "less than"),
 ])
 def test_malformed_requests_are_422(server, request_text, phrase):
     response = submit(server.url, model_path("mlp_sgd"), request_text)
