@@ -25,6 +25,7 @@ ErrorCode = Literal[
     "worker_crashed",  # the solver process died (e.g. killed for memory)
     "interrupted",  # the service stopped while the job ran, more often than it retries
     "planner_error",  # an internal planner failure; resubmitting tries again
+    "stored_model_damaged",  # the service's copy of the model is damaged: upload it again
     "too_large",  # upload over the size limit
     "unauthorized",  # missing or unknown API key
     "not_found",  # no such plan (or not visible to this key)

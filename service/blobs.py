@@ -2,6 +2,9 @@
 
 An upload is streamed into a temporary file beside the store (same file system), hashed on the
 way, and renamed into place atomically; the same bytes uploaded twice are stored once.
+
+A file's name is a promise its bytes may break (a bad disk, a careless hand): a blob is checked
+against its sha256 before a report reads it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,26 @@ import tempfile
 from pathlib import Path
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+HASH_CHUNK = 1 << 20
+
+
+class DamagedBlobError(Exception):
+    """A stored model's bytes no longer match its sha256: the store's fault, not the user's."""
+
+    def __init__(self, sha256: str):
+        super().__init__(
+            f"the service's stored copy of model {sha256} is damaged (its bytes no longer match "
+            "their sha256); upload the model again (POST /plan with the same model file) to "
+            "repair it")
+        self.sha256 = sha256
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class ModelBlobs:
@@ -28,6 +51,18 @@ class ModelBlobs:
 
     def exists(self, sha256: str) -> bool:
         return self.path_for(sha256).is_file()
+
+    def is_intact(self, sha256: str) -> bool:
+        """The blob exists and its bytes hash to its name."""
+        try:
+            return file_sha256(self.path_for(sha256)) == sha256
+        except FileNotFoundError:
+            return False
+
+    def check_intact(self, sha256: str) -> None:
+        """Raise DamagedBlobError when a stored blob's bytes do not match its name."""
+        if self.exists(sha256) and not self.is_intact(sha256):
+            raise DamagedBlobError(sha256)
 
     def new_upload(self) -> BlobWriter:
         return BlobWriter(self)

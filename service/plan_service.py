@@ -11,7 +11,6 @@ import asyncio
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import overload
 
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -20,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from planner.version import PLANNER_VERSION
 from schemas.plan import canonical_request_json, compute_plan_id
 from schemas.service import PlanList, PlanProgress, PlanStatus
+from service.blobs import DamagedBlobError, ModelBlobs
 from service.errors import ApiProblem, failed_job_response, stored_error
 from service.jobs import JobEvents, JobRunner
 from service.metrics import ServiceMetrics
@@ -104,15 +104,21 @@ class PlanService:
         return await self._answer(await self._visible_job(plan_id, namespace), url)
 
     async def report(self, plan_id: str, namespace: str | None, url: str,
-                     model_path: Callable[[str], Path]) -> Response:
-        """The plan's HTML report when it is done; otherwise the same answer as GET /plans/{id}."""
+                     blobs: ModelBlobs) -> Response:
+        """The plan's HTML report when it is done; otherwise the same answer as GET /plans/{id}.
+
+        A damaged stored model is the store's fault: 409 saying that uploading it repairs it.
+        """
         job = await self._visible_job(plan_id, namespace)
         if job.state != "done":
             return await self._answer(job, url)
         plan_json = await run_in_threadpool(self.store.plan_json, job.plan_id)
         assert plan_json is not None, "a done job has its plan"
-        html = await run_in_threadpool(render_stored_report, plan_json,
-                                       model_path(job.model_sha256))
+        try:
+            html = await run_in_threadpool(render_stored_report, plan_json, blobs,
+                                           job.model_sha256)
+        except DamagedBlobError as exc:
+            raise ApiProblem(409, "stored_model_damaged", str(exc), plan_id=plan_id) from None
         return HTMLResponse(html)
 
     async def _visible_job(self, plan_id: str, namespace: str | None) -> JobView:

@@ -1,18 +1,22 @@
 """The HTML report of a stored plan (`GET /plans/{id}/report`): planner.report over the store.
 
-The stored model, when still there, adds the forward/backward/optimizer regions to the page.
+The stored model, when still there, adds the forward/backward/optimizer regions to the page; a
+stored model whose bytes no longer match its sha256 raises `DamagedBlobError` rather than being
+parsed (it may not parse, or describe another graph).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from planner.ir.graph import load_graph
 from planner.report import render_report_html
 from schemas.plan import Plan
+from service.blobs import ModelBlobs
 
 
-def render_stored_report(plan_json: str, model_path: Path) -> str:
+def render_stored_report(plan_json: str, blobs: ModelBlobs, model_sha256: str) -> str:
     plan = Plan.model_validate_json(plan_json)
-    graph = load_graph(model_path, dims=plan.request.dims) if model_path.exists() else None
+    graph = None
+    if blobs.exists(model_sha256):
+        blobs.check_intact(model_sha256)
+        graph = load_graph(blobs.path_for(model_sha256), dims=plan.request.dims)
     return render_report_html(plan, graph)

@@ -131,7 +131,7 @@ async def get_plan_report(
 ) -> Response:
     _check_plan_id(plan_id)
     return await plans.report(plan_id, namespace,
-                              str(request.url_for("get_plan", plan_id=plan_id)), blobs.path_for)
+                              str(request.url_for("get_plan", plan_id=plan_id)), blobs)
 
 
 @router.get(
