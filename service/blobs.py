@@ -4,7 +4,8 @@ An upload is streamed into a temporary file beside the store (same file system),
 way, and renamed into place atomically; the same bytes uploaded twice are stored once.
 
 A file's name is a promise its bytes may break (a bad disk, a careless hand): a blob is checked
-against its sha256 before a report reads it.
+against its sha256 before a job or a report reads it, and an upload of the right bytes replaces
+a stored file that no longer matches its name, so uploading the model again repairs the store.
 """
 
 from __future__ import annotations
@@ -93,11 +94,15 @@ class BlobWriter:
         self.size += len(data)
 
     def commit(self) -> str:
-        """Close, move into the content-addressed place and return the sha256."""
+        """Close, move into the content-addressed place and return the sha256.
+
+        A stored file of the same name is kept only when its bytes are right; a damaged one is
+        replaced by these.
+        """
         self._file.close()
         sha256 = self._hash.hexdigest()
         target = self._blobs.path_for(sha256)
-        if target.is_file() and target.stat().st_size == self.size:
+        if self._blobs.is_intact(sha256):
             self._path.unlink(missing_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)

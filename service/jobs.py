@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from schemas.plan import PlanRequest
-from service.blobs import ModelBlobs
+from service.blobs import DamagedBlobError, ModelBlobs
 from service.metrics import ServiceMetrics
 from service.recovery import owner_is_gone, recover_jobs
 from service.settings import Settings
@@ -279,6 +279,8 @@ class JobRunner:
                 "error": "planner_error", "status": 409, "retryable": True,
                 "detail": f"the stored request cannot be read ({exc}); resubmit it"})
             return
+        if self._model_damaged(slot, claim):
+            return
         log.info("job %s: attempt %d, time limit %.0f s", claim.plan_id, claim.attempts, limit)
         worker = slot.worker
         try:
@@ -317,8 +319,25 @@ class JobRunner:
                 self._finish(slot, claim, plan_json=message[1])
                 return
             elif kind == "failed":
+                if message[1].get("error") == "invalid_model" and self._model_damaged(slot, claim):
+                    return  # damaged while the solver read it: not the user's model at fault
                 self._finish(slot, claim, error=message[1])
                 return
+
+    def _model_damaged(self, slot: Slot, claim: Claim) -> bool:
+        """Fail the job retryably when its stored model does not match its sha256 (True).
+
+        Planning damaged bytes would blame the user's valid model with a final 422; this is the
+        store's fault, and uploading the model again repairs it (`BlobWriter.commit`).
+        """
+        if not self.blobs.exists(claim.model_sha256) or self.blobs.is_intact(claim.model_sha256):
+            return False
+        log.error("job %s: stored model %s does not match its sha256", claim.plan_id,
+                  claim.model_sha256)
+        self._finish(slot, claim, error={
+            "error": "stored_model_damaged", "status": 409, "retryable": True,
+            "detail": str(DamagedBlobError(claim.model_sha256))})
+        return True
 
     def _crashed(self, slot: Slot, claim: Claim) -> None:
         if self._stopping.is_set():
