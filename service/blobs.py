@@ -13,11 +13,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 HASH_CHUNK = 1 << 20
+UPLOAD_PREFIX = "upload-"  # temporary files: upload-HOST-PID-RANDOM, named by their writer
+STALE_UPLOAD_AGE_S = 6 * 3600  # an upload idle this long has no owner left, whatever its name
 
 
 class DamagedBlobError(Exception):
@@ -44,6 +48,7 @@ class ModelBlobs:
         self.root = Path(root)
         self.tmp = self.root / "tmp"
         self.tmp.mkdir(parents=True, exist_ok=True)
+        self.host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())
 
     def path_for(self, sha256: str) -> Path:
         if not SHA256_PATTERN.match(sha256):
@@ -69,12 +74,43 @@ class ModelBlobs:
         return BlobWriter(self)
 
     def remove_stale_uploads(self) -> int:
-        """Delete temporary files left by uploads that were cut off (at startup)."""
+        """Delete temporary files left by uploads that were cut off (at startup).
+
+        Several instances may share the model folder, so a temporary file is removed only when
+        no live process can own it: its writer was a process of this host that is gone, or it
+        has not been written to for `STALE_UPLOAD_AGE_S` (an owner on another host, or a name
+        without an owner).
+        """
         removed = 0
-        for path in self.tmp.glob("upload-*"):
-            path.unlink(missing_ok=True)
-            removed += 1
+        idle_since = time.time() - STALE_UPLOAD_AGE_S
+        for path in self.tmp.glob(UPLOAD_PREFIX + "*"):
+            owner = _upload_owner(path.name)
+            try:
+                orphaned = owner is not None and owner[0] == self.host and not _alive(owner[1])
+                if orphaned or path.stat().st_mtime < idle_since:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:  # committed or removed meanwhile
+                continue
         return removed
+
+
+def _upload_owner(name: str) -> tuple[str, int] | None:
+    """(host, pid) of the process that writes a temporary upload file, from its name."""
+    parts = name[len(UPLOAD_PREFIX):].rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 class BlobWriter:
@@ -82,7 +118,8 @@ class BlobWriter:
 
     def __init__(self, blobs: ModelBlobs):
         self._blobs = blobs
-        fd, name = tempfile.mkstemp(prefix="upload-", dir=blobs.tmp)
+        fd, name = tempfile.mkstemp(prefix=f"{UPLOAD_PREFIX}{blobs.host}-{os.getpid()}-",
+                                    dir=blobs.tmp)
         self._file = os.fdopen(fd, "wb")
         self._path = Path(name)
         self._hash = hashlib.sha256()
