@@ -69,7 +69,9 @@ def load_checked_model(data: bytes, dims: Mapping[str, int] | None = None) -> Lo
     _refuse_external_data(proto)
     _refuse_unsupported_ops(proto)
     proto = _inline_functions(proto)
+    _refuse_empty_graph(proto.graph)
     _sort_topologically_or_refuse_cycles(proto.graph)
+    _refuse_negative_dims(proto.graph)
     _run_checker(proto)
     _bind_dims(proto, dict(dims or {}))
     proto = _infer_shapes(proto)
@@ -161,11 +163,60 @@ def _inline_functions(proto: ModelProto) -> ModelProto:
     """Replace calls to model-local functions by their bodies so the IR sees real ops only."""
     if not proto.functions:
         return proto
+    _refuse_recursive_functions(proto)
     from onnx import inliner
 
     inlined = inliner.inline_local_functions(proto)
     _refuse_unsupported_ops(inlined)
     return inlined
+
+
+def _refuse_recursive_functions(proto: ModelProto) -> None:
+    """A model-local function that calls itself, directly or through others, cannot be inlined:
+    name the call cycle (f -> g -> f) instead of letting the inliner fail."""
+    calls = {(f.domain, f.name): [(n.domain, n.op_type) for n in f.node] for f in proto.functions}
+
+    def cycle_from(path: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+        for callee in calls[path[-1]]:
+            if callee in path:
+                return [*path[path.index(callee):], callee]
+            if callee in calls:
+                found = cycle_from([*path, callee])
+                if found:
+                    return found
+        return None
+
+    for function in calls:
+        cycle = cycle_from([function])
+        if cycle:
+            names = " -> ".join(f"{domain}::{name}" for domain, name in cycle)
+            raise GraphCycleError(
+                f"model-local functions call themselves ({names}); a training step needs a "
+                "fixed set of ops: export it with the recursion unrolled"
+            )
+
+
+def _refuse_empty_graph(graph: onnx.GraphProto) -> None:
+    if not graph.node:
+        raise ModelCheckError(
+            "the graph has no nodes, so there is no training step to plan; export the whole "
+            "step (forward, backward and optimizer update) as one graph"
+        )
+
+
+def _refuse_negative_dims(graph: onnx.GraphProto) -> None:
+    """A declared dimension below 0 sizes no tensor (the checker lets it through)."""
+    for kind, values in (("input", graph.input), ("output", graph.output),
+                         ("value", graph.value_info)):
+        for value_info in values:
+            dims = value_info.type.tensor_type.shape.dim
+            for axis, dim in enumerate(dims):
+                if dim.HasField("dim_value") and dim.dim_value < 0:
+                    raise UnknownShapeError(
+                        f"{kind} '{value_info.name}' has dimension {dim.dim_value} at axis "
+                        f"{axis}; dimensions are sizes (0 or more): fix the exported shape, or "
+                        "make it a named dim and give its value in dims"
+                    )
 
 
 def _sort_topologically_or_refuse_cycles(graph: onnx.GraphProto) -> None:

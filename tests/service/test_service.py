@@ -20,7 +20,12 @@ from planner.version import PLANNER_VERSION
 from schemas.plan import Plan, PlanRequest, compute_plan_id
 from schemas.service import ApiError, PlanList, PlanStatus
 from tests.support.fixture_zoo import REQUIRED, model_path
-from tests.support.onnx_builders import tiny_momentum_step
+from tests.support.onnx_builders import (
+    calling_local_functions,
+    negative_dim_input,
+    no_nodes,
+    tiny_momentum_step,
+)
 from tests.support.service import (
     ServiceProcess,
     cli,
@@ -196,6 +201,18 @@ def test_model_errors_are_422(server):
     bound = submit(server.url, symbolic, request_json(dims={"batch": 4}, time_limit_s=1))
     assert bound.status_code == 200, bound.text[:300]
     _error(submit(server.url, b"", request_json()), 422, "invalid_model", "empty")
+
+
+@pytest.mark.parametrize(("model", "phrase"), [
+    (calling_local_functions("f", "g"), "local::f -> local::g -> local::f"),
+    (negative_dim_input(), "dimension -3"),
+    (no_nodes(), "no nodes"),
+])
+def test_models_the_planner_cannot_read_are_a_final_422(server, model, phrase):
+    """Issue 15, F5: these were 409 "a bug in arenaplan" (retryable: solved again each time)."""
+    response = submit(server.url, model.SerializeToString(), request_json(time_limit_s=1))
+    error = _error(response, 422, "invalid_model", phrase)
+    assert get(server.url, f"/plans/{error.plan_id}").status_code == 422
 
 
 @pytest.mark.parametrize(("request_text", "phrase"), [

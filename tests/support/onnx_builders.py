@@ -98,3 +98,31 @@ def random_dag(seed: int, n_ops: int = 7, rows=(1, 9)) -> ModelProto:
     consumed = {i for n in nodes for i in n.input}
     outputs = [value(n, [shapes[n], 4]) for n in names if n not in consumed]
     return make_model(nodes, inputs, outputs)
+
+
+def calling_local_functions(*names: str) -> ModelProto:
+    """One node calls model-local function names[0], which calls names[1], ..., and the last
+    calls names[0] again: recursion (f -> f, or f -> g -> f) that no inliner can unfold."""
+    functions = [
+        helper.make_function("local", name, ["x"], ["y"],
+                             [helper.make_node(names[(i + 1) % len(names)], ["x"], ["y"],
+                                               domain="local")],
+                             [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+        for i, name in enumerate(names)
+    ]
+    model = make_model([helper.make_node(names[0], ["x"], ["y"], domain="local")],
+                       [value("x", [2])], [value("y", [2])])
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    model.functions.extend(functions)
+    return model
+
+
+def negative_dim_input() -> ModelProto:
+    """A graph input declared with dimension -3: no tensor has a negative size."""
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], [value("x", [-3, 2])],
+                      [value("y", [-3, 2])])
+
+
+def no_nodes() -> ModelProto:
+    """A graph whose output is its input: it computes nothing, so there is no step to plan."""
+    return make_model([], [value("x", [2])], [value("x", [2])])

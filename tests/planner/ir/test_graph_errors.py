@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from onnx import TensorProto, helper
 
@@ -16,7 +18,15 @@ from planner.errors import (
     UnsupportedVersionError,
 )
 from planner.ir.graph import load_graph
-from tests.support.onnx_builders import make_model, relu_chain, tiny_momentum_step, value
+from tests.support.onnx_builders import (
+    calling_local_functions,
+    make_model,
+    negative_dim_input,
+    no_nodes,
+    relu_chain,
+    tiny_momentum_step,
+    value,
+)
 
 
 @pytest.mark.parametrize("data", [b"", b"hello, I am not a model", bytes(range(256)) * 4])
@@ -143,3 +153,16 @@ def test_cli_reports_bad_models_with_exit_code_2(tmp_path, capsys, setup, messag
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("model", "error", "message"), [
+    (calling_local_functions("f"), GraphCycleError, "local::f -> local::f"),
+    (calling_local_functions("f", "g"), GraphCycleError, "local::f -> local::g -> local::f"),
+    (negative_dim_input(), UnknownShapeError, "input 'x' has dimension -3 at axis 0"),
+    (no_nodes(), ModelCheckError, "no nodes"),
+])
+def test_recursion_negative_dims_and_empty_graphs_are_model_errors(model, error, message):
+    """Issue 15, F5: each used to escape as a non-arenaplan error (a 409 "bug" in the service)
+    or to load and fail later in the planner."""
+    with pytest.raises(error, match=re.escape(message)):
+        load_graph(model.SerializeToString())
