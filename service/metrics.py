@@ -23,6 +23,12 @@ disable_created_metrics()
 TEXT_FORMAT = "text/plain; version=0.0.4"
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SOLVE_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+# Label values come from a bounded set, so no client can grow /metrics: HTTP's own methods
+# (anything else counts as "other") and route templates ("unmatched" for every unknown path).
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS",
+                          "TRACE", "CONNECT"})
+OTHER_METHOD = "other"
+UNMATCHED_ROUTE = "unmatched"
 
 
 class ScrapedGauge(Collector):
@@ -81,7 +87,8 @@ class ServiceMetrics:
 
 
 class RequestMetricsMiddleware:
-    """ASGI middleware: count every HTTP request by method, route template and status."""
+    """ASGI middleware: count every HTTP request by method, route template and status (each
+    label from a bounded set)."""
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
         self.app, self.metrics = app, metrics
@@ -102,8 +109,9 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(method=scope["method"], route=path,
+            path = getattr(route, "path", None) or UNMATCHED_ROUTE
+            method = scope["method"] if scope["method"] in HTTP_METHODS else OTHER_METHOD
+            self.metrics.requests.labels(method=method, route=path,
                                          status=str(status["code"])).inc()
             self.metrics.request_seconds.labels(route=path).observe(
                 time.perf_counter() - started)
