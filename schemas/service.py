@@ -21,7 +21,7 @@ ErrorCode = Literal[
     "invalid_request",  # the PlanRequest JSON does not validate, or a server limit refuses it
     "invalid_model",  # the ONNX model cannot be planned (parse, checker, unknown dims...)
     "infeasible",  # the budget is too small: see smallest_feasible_bytes
-    "timeout",  # the solve ran past the service's per-job time limit
+    "timeout",  # the solve ran past the service's per-job time limit, or an upload stalled
     "worker_crashed",  # the solver process died (e.g. killed for memory)
     "interrupted",  # the service stopped while the job ran, more often than it retries
     "planner_error",  # an internal planner failure; resubmitting tries again

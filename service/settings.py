@@ -12,6 +12,7 @@ Variables (all optional; `arenaplan serve` options override them):
 | ARENAPLAN_API_KEYS_FILE | none | a file with one key per line, same syntax, `#` comments |
 | ARENAPLAN_MAX_UPLOAD_BYTES | 512 MiB | largest model accepted |
 | ARENAPLAN_MAX_REQUEST_BYTES | 64 MiB | largest request JSON (it may carry a profile) |
+| ARENAPLAN_BODY_READ_TIMEOUT_S | 60 | an upload that sends nothing this long is cut off (408) |
 | ARENAPLAN_DEFAULT_WAIT_S / ARENAPLAN_MAX_WAIT_S | 30 / 600 | `?wait=` of POST /plan |
 | ARENAPLAN_MAX_TIME_LIMIT_S | 3600 | largest `time_limit_s` a request may ask for |
 | ARENAPLAN_JOB_GRACE_S | 120 | a job is killed `time_limit_s` + this many seconds after it starts |
@@ -73,6 +74,7 @@ class Settings(BaseSettings):
     )
     max_upload_bytes: int = Field(default=512 * MiB, ge=1)
     max_request_bytes: int = Field(default=64 * MiB, ge=1024)
+    body_read_timeout_s: float = Field(default=60.0, gt=0)
     default_wait_s: float = Field(default=30.0, ge=0)
     max_wait_s: float = Field(default=600.0, ge=0)
     max_time_limit_s: float = Field(default=3600.0, gt=0)

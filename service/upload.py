@@ -8,6 +8,8 @@ limits is refused before reading anything.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -151,6 +153,22 @@ def parse_plan_request(text: bytes, settings: Settings) -> PlanRequest:
     return request
 
 
+async def _chunks(request: Request, settings: Settings) -> AsyncIterator[bytes]:
+    """The body's chunks; 408 when the client sends nothing for `body_read_timeout_s`."""
+    stream = request.stream()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(stream), settings.body_read_timeout_s)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            raise ApiProblem(
+                408, "timeout", f"the upload stalled: no bytes for "
+                f"{settings.body_read_timeout_s:g} s (ARENAPLAN_BODY_READ_TIMEOUT_S); send it "
+                "again", headers={"Connection": "close"}) from None
+        yield chunk
+
+
 async def read_plan_upload(request: Request, settings: Settings, blobs: ModelBlobs) -> PlanUpload:
     """Stream the body in; store the model by content; validate the request JSON."""
     boundary = _check_headers(request, settings)
@@ -158,7 +176,7 @@ async def read_plan_upload(request: Request, settings: Settings, blobs: ModelBlo
     try:
         try:
             parser = MultipartParser(boundary, reader.callbacks())
-            async for chunk in request.stream():
+            async for chunk in _chunks(request, settings):
                 parser.write(chunk)
             parser.finalize()
         except FormParserError as exc:

@@ -69,6 +69,8 @@ def _url_of(request: Request) -> Callable[[str], str]:
         202: {"model": PlanStatus, "description": "accepted, still solving: GET its url"},
         400: {"model": ApiError, "description": "malformed multipart body"},
         401: ERRORS[401],
+        408: {"model": ApiError, "description": "the upload stalled (no bytes for "
+              "ARENAPLAN_BODY_READ_TIMEOUT_S)"},
         413: {"model": ApiError, "description": "upload over the size limit"},
         415: {"model": ApiError, "description": "not multipart/form-data"},
         429: {"model": ApiError, "description": "too many queued jobs"},

@@ -1,13 +1,16 @@
-"""The service's model store under damage: blobs corrupted on disk, uploads shared by instances.
+"""Uploads and the service's model store under damage: blobs corrupted on disk, stalled uploads.
 
-Issue 15's hostile test corrupted stored models (same size, other bytes) and started a second
-instance on a shared model folder. The store is at fault there, never the user: answers say
-what happened and that uploading the model again repairs it, and nothing answers 500.
+Issue 15's hostile test corrupted stored models (same size, other bytes) and left uploads
+stalled half-way. The store is at fault in the first case, never the user: answers say what
+happened and that uploading the model again repairs it, and nothing answers 500. A stalled
+upload is cut off after ARENAPLAN_BODY_READ_TIMEOUT_S with a 408.
 """
 
 from __future__ import annotations
 
 import hashlib
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -16,10 +19,13 @@ from schemas.service import ApiError
 from tests.support.fixture_zoo import model_path
 from tests.support.service import ServiceProcess, get, request_json, submit, wait_for
 
+BODY_READ_TIMEOUT_S = 2
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    service = ServiceProcess(tmp_path_factory.mktemp("model-store"), workers=1)
+    service = ServiceProcess(tmp_path_factory.mktemp("model-store"), workers=1,
+                             env={"ARENAPLAN_BODY_READ_TIMEOUT_S": str(BODY_READ_TIMEOUT_S)})
     service.start()
     yield service
     service.stop()
@@ -68,3 +74,20 @@ def test_a_damaged_blob_is_never_the_users_fault_and_an_upload_repairs_it(server
     repaired = submit(server.url, model, request, wait=60)
     assert repaired.status_code == 200, repaired.text[:300]
     assert _blob(server, model).read_bytes() == model
+
+
+def test_a_stalled_upload_is_cut_off_with_408(server):
+    """Issue 15, F9: a client that stops sending half-way held its connection open forever."""
+    head = (b"--xx\r\nContent-Disposition: form-data; name=\"model\"; filename=\"m.onnx\""
+            b"\r\n\r\n" + bytes(1000))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"POST /plan HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: multipart/form-data; boundary=xx\r\n"
+                     b"Content-Length: 100000\r\n\r\n" + head)
+        started = time.monotonic()
+        answer = sock.recv(65536).decode("latin-1")  # then nothing more is sent
+        waited = time.monotonic() - started
+    assert answer.startswith("HTTP/1.1 408"), answer[:300]
+    assert BODY_READ_TIMEOUT_S - 0.5 < waited < BODY_READ_TIMEOUT_S + 10
+    assert "ARENAPLAN_BODY_READ_TIMEOUT_S" in answer and "send it again" in answer
+    assert list((server.directory / "models" / "tmp").iterdir()) == []
