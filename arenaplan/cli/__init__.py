@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "arenaplan.cli.plan_id_cmd",
     "arenaplan.cli.fetch_cmd",
     "arenaplan.cli.report_cmd",
+    "arenaplan.cli.validate_cmd",
 )
 
 
