@@ -28,18 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.errors import InvalidInputError
     from planner.ir.graph import load_graph
     from planner.report import build_report_data, export_pngs
     from planner.report.page import render_data_html
-    from runtime.plan_io import parse_plan
+    from runtime.plan_io import read_plan
 
-    path = Path(args.plan)
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read plan {path}: {exc.strerror}") from None
-    plan = parse_plan(text)
+    plan = read_plan(args.plan)
     graph = load_graph(Path(args.model), dims=plan.request.dims) if args.model else None
     data = build_report_data(plan, graph)
     out = Path(args.output)

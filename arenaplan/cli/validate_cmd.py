@@ -29,20 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.errors import InvalidInputError
     from planner.ir.graph import load_graph
     from planner.ir.onnx_model import read_model_bytes
     from planner.plan.validate import validate_plan
     from runtime.errors import ModelMismatchError
-    from runtime.plan_io import parse_plan
+    from runtime.plan_io import read_plan
     from schemas.units import format_bytes
 
-    plan_path = Path(args.plan)
-    try:
-        plan_text = plan_path.read_bytes()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read plan {plan_path}: {exc.strerror}") from None
-    plan = parse_plan(plan_text)
+    plan = read_plan(args.plan)
     model = read_model_bytes(Path(args.model))
     sha256 = hashlib.sha256(model).hexdigest()
     if plan.model_sha256 != sha256:

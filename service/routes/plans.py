@@ -92,16 +92,19 @@ async def submit_plan(
     return await plans.submit(upload, namespace, wait, _url_of(request))
 
 
+def _while_solving(done: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
+    """The answers of a GET on one plan: `done` (200), still solving (202), or an error."""
+    return {200: done,
+            202: {"model": PlanStatus, "description": "queued or solving, with progress"},
+            **ERRORS, **FAILED}
+
+
 @router.get(
     "/plans/{plan_id}",
     name="get_plan",
     summary="A plan by id: 200 done, 202 solving, 404 unknown, 409/422 failed",
     response_class=Response,
-    responses={
-        200: {"model": Plan, "description": "the plan"},
-        202: {"model": PlanStatus, "description": "queued or solving, with progress"},
-        **ERRORS, **FAILED,
-    },
+    responses=_while_solving({"model": Plan, "description": "the plan"}),
 )
 async def get_plan(
     request: Request,
@@ -118,11 +121,7 @@ async def get_plan(
     "/plans/{plan_id}/report",
     summary="The plan as a self-contained HTML report (memory curves, matrices, arena map)",
     response_class=Response,
-    responses={
-        200: {"content": {"text/html": {}}, "description": "the report page"},
-        202: {"model": PlanStatus, "description": "queued or solving, with progress"},
-        **ERRORS, **FAILED,
-    },
+    responses=_while_solving({"content": {"text/html": {}}, "description": "the report page"}),
 )
 async def get_plan_report(
     request: Request,
