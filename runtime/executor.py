@@ -6,8 +6,9 @@ sessions and their bindings (every input and output bound to its planned arena s
 the model's constants into their preloaded buffers. After that a training step is:
 
 1. feed back state: each state input's buffer takes its new value (plan.state_updates) from the
-   previous step's output buffer; an in-place update (alias) is already there, anything else is
-   copied arena to arena, ordered so no copy overwrites bytes another still has to read;
+   previous step's output buffer; a new value written in place (a buffer of the state's storage
+   at the state's address) is already there, anything else is copied arena to arena, ordered
+   so no copy overwrites bytes another still has to read;
 2. write this step's data inputs (and any constant whose bytes the plan reuses) into their
    preloaded buffers;
 3. run the units in order: segments of compute steps (runtime.kernels) and copies.
@@ -254,7 +255,7 @@ class PlanExecutor:
             dst = self.buffers[self.plan.graph_inputs[state]]
             src = self.buffers[self.plan.graph_outputs[output]]
             if (src.device, src.offset) == (dst.device, dst.offset):
-                continue  # updated in place (an alias of the state's buffer)
+                continue  # the update chain ran in place: the new value is in the state's bytes
             if _overlap(src, dst):
                 raise PlanCheckError(f"state {state}: its new value {src.id} partly overlaps its "
                                      f"buffer {dst.id}; the plan cannot be fed back")
@@ -277,11 +278,16 @@ class PlanExecutor:
             copy()
 
     def _constants_to_reload(self) -> list[str]:
-        """Constants whose bytes another buffer of the plan reuses: rewritten every step."""
+        """Constants whose bytes another buffer of the plan may write: rewritten every step.
+
+        A view of a constant (a buffer of its storage that shares it as a view) writes nothing;
+        any other buffer over its bytes (reuse after the constant's last read, or a value
+        written in place over it) leaves the bytes changed for the next step."""
         reload = []
         for name, b_id in self.plan.constants.items():
             b = self.buffers[b_id]
-            if any(o.id != b.id and o.alias_of != b.id and o.device == b.device and _overlap(b, o)
+            if any(o.id != b.id and _overlap(b, o)
+                   and not (o.storage == b.storage and o.shares == "view")
                    for o in self.plan.buffers):
                 reload.append(name)
         return reload

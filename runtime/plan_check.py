@@ -1,16 +1,21 @@
 """The runtime's own check of a plan before it touches memory: it imports nothing of the planner.
 
 In order, each failure with its own error type:
-1. the schema version is known (UnsupportedPlanVersionError);
+1. the schema version is the one this runtime runs (UnsupportedPlanVersionError);
 2. the plan was made for these model bytes (ModelMismatchError);
 3. every arena fits the budget the plan declares for its device (ArenaBudgetError);
 4. structure (PlanCheckError): every buffer lies inside its device's arena, aligned to its
-   elements, and holds its tensor's dtype and shape; every compute step runs a real op of the
-   model with its inputs in live buffers on the step's device and writes fresh buffers; copies
-   read live buffers; nothing is freed twice; declared live ranges cover every use; no two
-   buffers of a device overlap in both time and address (an alias shares its owner's bytes and
-   ends the owner's life); graph inputs and constants are preloaded, graph outputs live at the
-   end, state updates match their states;
+   elements, and holds its tensor's dtype and shape; every buffer sits in a storage (schema
+   version 2) owned by a buffer of the same device, at the owner's offset plus its
+   storage_offset and inside the owner's bytes; every compute step runs a real op of the model
+   with its inputs in live buffers on the step's device and writes fresh buffers; a view is
+   written by a view op reading a buffer at the same address (the kernel writes nothing) and an
+   in-place buffer by an elementwise op over an input at the same address, and that write ends
+   every other buffer of its storage (nothing reads them afterwards); copies read live buffers
+   and write buffers that own their bytes; nothing is freed twice; declared live ranges cover
+   every use; no two storages of a device overlap in both address and time (a storage lives
+   from the first step of any of its buffers to the last step of any of them); graph inputs and
+   constants are preloaded, graph outputs live at the end, state updates match their states;
 5. an optional validator injected by the caller (the CLI passes the planner's validator), whose
    problems are reported the same way.
 
@@ -28,7 +33,15 @@ import numpy as np
 from runtime.errors import ArenaBudgetError, ModelMismatchError, PlanCheckError
 from runtime.model import RuntimeModel, ValueType
 from runtime.plan_io import check_schema_version
-from schemas.plan import BufferSpec, ComputeStep, CopyStep, FreeStep, Plan
+from schemas.plan import (
+    IN_PLACE_OP_TYPES,
+    VIEW_OP_TYPES,
+    BufferSpec,
+    ComputeStep,
+    CopyStep,
+    FreeStep,
+    Plan,
+)
 
 # A validator returns the problems it finds (empty when the plan is good).
 PlanValidator = Callable[[Plan], Iterable[str]]
@@ -87,7 +100,7 @@ def structural_problems(model: RuntimeModel, plan: Plan) -> list[str]:
         problems.extend(_buffer_problems(model, b, arenas))
     if problems:
         return problems
-    problems.extend(_alias_problems(buffers))
+    problems.extend(_storage_problems(buffers))
     problems.extend(_interface_problems(model, plan, buffers))
     if problems:
         return problems
@@ -137,18 +150,36 @@ def _matches(known: ValueType, dtype: np.dtype, shape: list[int]) -> bool:
     return all(k is None or k == s for k, s in zip(known.shape, shape, strict=True))
 
 
-def _alias_problems(buffers: dict[str, BufferSpec]) -> list[str]:
+def _storage_problems(buffers: dict[str, BufferSpec]) -> list[str]:
+    """Every buffer sits inside a storage: an owner of its own bytes on the same device."""
     problems = []
     for b in buffers.values():
-        if b.alias_of is None:
-            continue
-        owner = buffers.get(b.alias_of)
+        owner = buffers.get(b.storage)
         if owner is None:
-            problems.append(f"buffer {b.id} aliases unknown buffer {b.alias_of}")
-        elif owner.alias_of is not None:
-            problems.append(f"buffer {b.id} aliases {owner.id}, itself an alias")
-        elif (owner.device, owner.offset) != (b.device, b.offset) or b.size > owner.size:
-            problems.append(f"alias {b.id} does not sit inside its owner {owner.id}")
+            problems.append(f"buffer {b.id} names storage {b.storage}, which is no buffer of "
+                            "the plan")
+        elif b.owns_storage:
+            if b.shares is not None or b.storage_offset:
+                problems.append(f"buffer {b.id} owns its storage but says it shares one "
+                                f"(shares {b.shares!r}, storage_offset {b.storage_offset})")
+        elif b.shares is None:
+            problems.append(f"buffer {b.id} sits in {owner.id}'s storage but does not say how "
+                            "it shares it (shares: 'view' or 'in_place')")
+        elif not owner.owns_storage:
+            problems.append(f"buffer {b.id} names storage {owner.id}, which does not own its "
+                            f"bytes (they are {owner.storage}'s)")
+        elif owner.device != b.device:
+            problems.append(f"buffer {b.id} is on {b.device} but its storage {owner.id} is on "
+                            f"{owner.device}")
+        elif b.offset != owner.offset + b.storage_offset:
+            problems.append(f"buffer {b.id} is at offset {b.offset}, not at its storage "
+                            f"{owner.id}'s offset {owner.offset} + storage_offset "
+                            f"{b.storage_offset}")
+        elif b.storage_offset + b.size > owner.size:
+            problems.append(f"buffer {b.id} [{b.storage_offset}, {b.storage_offset + b.size}) "
+                            f"does not fit in its storage {owner.id} of {owner.size} B")
+        elif b.preloaded:
+            problems.append(f"buffer {b.id} is preloaded but does not own its bytes")
     return problems
 
 
@@ -197,7 +228,11 @@ def _replay_problems(model: RuntimeModel, plan: Plan, buffers: dict[str, BufferS
     created: dict[str, int] = {}
     last_use: dict[str, int] = {}
     ended: set[str] = set()
+    overwritten: set[str] = set()  # ended by an in-place write over their bytes
+    freed: set[str] = set()
+    members: dict[str, list[str]] = {}  # storage -> its buffers
     for b in buffers.values():
+        members.setdefault(b.storage, []).append(b.id)
         if b.preloaded:
             live.add(b.id)
             created[b.id] = 0
@@ -216,7 +251,8 @@ def _replay_problems(model: RuntimeModel, plan: Plan, buffers: dict[str, BufferS
             problems.append(f"step {step} needs tensor {tensor} but buffer {b_id} holds {b.tensor}")
         last_use[b.id] = step
 
-    def write(b_id: str, step: int, device: str | None, tensor: str) -> None:
+    def write(b_id: str, step: int, device: str | None, tensor: str,
+              writer: ComputeStep | None) -> None:
         b = buffers.get(b_id)
         if b is None:
             problems.append(f"step {step} writes unknown buffer {b_id}")
@@ -225,12 +261,20 @@ def _replay_problems(model: RuntimeModel, plan: Plan, buffers: dict[str, BufferS
             problems.append(f"step {step} writes buffer {b_id}, which already holds a value")
         if (device is not None and b.device != device) or b.tensor != tensor:
             problems.append(f"step {step} writes {tensor} into {b_id} ({b.tensor} on {b.device})")
+        if b.shares is not None:
+            why = _shared_write_problem(b, writer, buffers)
+            if why is not None:
+                problems.append(f"step {step} writes {b_id}, {b.shares} of storage {b.storage}, "
+                                f"{why}")
         created[b_id] = step
         last_use[b_id] = step
         live.add(b_id)
-        if b.alias_of is not None:  # in place: the owner's value is gone from here on
-            live.discard(b.alias_of)
-            ended.add(b.alias_of)
+        if b.shares == "in_place":  # the storage's other values are gone from here on
+            for other in members[b.storage]:
+                if other != b_id and other in live:
+                    live.discard(other)
+                    ended.add(other)
+                    overwritten.add(other)
 
     for step, s in enumerate(plan.steps):
         if isinstance(s, ComputeStep):
@@ -260,7 +304,7 @@ def _replay_problems(model: RuntimeModel, plan: Plan, buffers: dict[str, BufferS
                     if not name:
                         problems.append(f"step {step} ({s.op_name}) binds an omitted output")
                     else:
-                        write(b_id, step, s.device, name)
+                        write(b_id, step, s.device, name, s)
         elif isinstance(s, CopyStep):
             read(s.src, step, None, None)
             src, dst = buffers.get(s.src), buffers.get(s.dst)
@@ -268,10 +312,12 @@ def _replay_problems(model: RuntimeModel, plan: Plan, buffers: dict[str, BufferS
                 if (src.dtype, src.shape) != (dst.dtype, dst.shape):
                     problems.append(f"step {step} copies {s.src} into {s.dst} of another "
                                     "dtype/shape")
-                write(s.dst, step, None, src.tensor)
+                write(s.dst, step, None, src.tensor, None)
         elif isinstance(s, FreeStep):
-            if s.buffer not in live:
+            # a value written over in place may still get its free step: its life ended there
+            if s.buffer in freed or (s.buffer not in live and s.buffer not in overwritten):
                 problems.append(f"step {step} frees {s.buffer}, which is not live")
+            freed.add(s.buffer)
             live.discard(s.buffer)
             ended.add(s.buffer)
         if len(problems) > 50:
@@ -291,22 +337,48 @@ def _replay_problems(model: RuntimeModel, plan: Plan, buffers: dict[str, BufferS
     return problems
 
 
+def _shared_write_problem(b: BufferSpec, writer: ComputeStep | None,
+                          buffers: dict[str, BufferSpec]) -> str | None:
+    """Why `writer` may not write `b` into bytes it shares (None when it may). A view is written
+    by a view op whose data input (input 0) is at the same address, so the kernel writes
+    nothing; an in-place value by an elementwise op over an input of the same address and size,
+    each element read before it is written."""
+    if writer is None:
+        return "but a copy writes only buffers that own their bytes"
+    view = b.shares == "view"
+    if writer.op_type not in (VIEW_OP_TYPES if view else IN_PLACE_OP_TYPES):
+        kind = "a view op" if view else "an op that may write over its input"
+        return f"but {writer.op_name} ({writer.op_type}) is not {kind}"
+    for src_id in writer.inputs[:1] if view else writer.inputs:
+        src = buffers.get(src_id or "")
+        if src is not None and src.storage == b.storage and src.offset == b.offset and (
+                view or src.size == b.size):
+            return None
+    where = "its data input" if view else "an input of the same size"
+    return f"but {writer.op_name} ({writer.op_type}) does not read {where} at its address"
+
+
 def _overlap_problems(device: str, buffers: dict[str, BufferSpec]) -> list[str]:
-    """Sweep over time keeping the live storage sorted by address: a new buffer may only touch
-    its two address neighbours, so checking them finds every time-and-address overlap."""
-    ends: dict[str, int] = {}
+    """Sweep over time keeping the live storages sorted by address: a new storage may only touch
+    its two address neighbours, so checking them finds every time-and-address overlap.
+
+    Only owners are placed; a storage lives from the first step of any of its buffers to the last
+    step of any of them (its other buffers sit inside the owner's bytes: _storage_problems)."""
+    spans: dict[str, tuple[int, int]] = {}
     for b in buffers.values():
-        if b.device == device and b.alias_of is not None:
-            ends[b.alias_of] = max(ends.get(b.alias_of, 0), b.last_step)
+        if b.device == device:
+            first, last = spans.get(b.storage, (b.first_step, b.last_step))
+            spans[b.storage] = (min(first, b.first_step), max(last, b.last_step))
     owners = sorted(
-        (b for b in buffers.values() if b.device == device and b.alias_of is None and b.size),
-        key=lambda b: (b.first_step, b.offset),
+        (buffers[s] for s in spans if buffers[s].size),
+        key=lambda b: (spans[b.id][0], b.offset),
     )
     problems: list[str] = []
     active: list[tuple[int, int, str]] = []  # (offset, end, id), sorted by offset
     expiry: list[tuple[int, int, str]] = []  # (last step, offset, id)
     for b in owners:
-        while expiry and expiry[0][0] < b.first_step:
+        first, last = spans[b.id]
+        while expiry and expiry[0][0] < first:
             _, offset, b_id = heapq.heappop(expiry)
             index = bisect.bisect_left(active, (offset, -1, ""))
             while active[index][2] != b_id:
@@ -320,11 +392,11 @@ def _overlap_problems(device: str, buffers: dict[str, BufferSpec]) -> list[str]:
         elif index < len(active) and active[index][0] < b.offset + b.size:
             clash = active[index][2]
         if clash is not None:
-            problems.append(f"{device}: buffers {clash} and {b.id} overlap in address while both "
-                            "are live")
+            problems.append(f"{device}: the storages of {clash} and {b.id} overlap in address "
+                            "while both are live")
             if len(problems) >= 20:
                 break
             continue
         active.insert(index, item)
-        heapq.heappush(expiry, (max(b.last_step, ends.get(b.id, 0)), b.offset, b.id))
+        heapq.heappush(expiry, (last, b.offset, b.id))
     return problems

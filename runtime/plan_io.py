@@ -1,7 +1,9 @@
 """Reading a plan (file, bytes or parsed JSON) into `schemas.Plan`, version first.
 
-The schema version is checked before the rest of the document, so a plan from a newer planner is
-refused as "unknown schema version" rather than as a pile of validation errors.
+The schema version is checked before the rest of the document, so a plan from another planner
+release is refused as "unknown schema version" rather than as a pile of validation errors. The
+runtime runs exactly the version it ships with: version 1 plans (before explicit storage, with
+`alias_of`) describe memory differently and are refused too.
 """
 
 from __future__ import annotations
@@ -15,15 +17,13 @@ from pydantic import ValidationError
 from runtime.errors import PlanCheckError, UnsupportedPlanVersionError
 from schemas.plan import PLAN_SCHEMA_VERSION, Plan
 
-SUPPORTED_SCHEMA_VERSIONS = frozenset({PLAN_SCHEMA_VERSION})
-
 
 def check_schema_version(version: Any) -> None:
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
-        known = ", ".join(str(v) for v in sorted(SUPPORTED_SCHEMA_VERSIONS))
+    if isinstance(version, bool) or version != PLAN_SCHEMA_VERSION:
         raise UnsupportedPlanVersionError(
             f"plan schema_version {version!r} is unknown to this runtime (it runs version "
-            f"{known}); re-plan the model with a planner of the same release, or upgrade arenaplan"
+            f"{PLAN_SCHEMA_VERSION} only); re-plan the model with this arenaplan (arenaplan "
+            "plan), or run the plan with the arenaplan release that made it"
         )
 
 

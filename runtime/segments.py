@@ -16,8 +16,15 @@ What may change is the order of the segment's nodes, and with it the plan's reus
 - General case (e.g. CUDA, where onnxruntime may split a graph over streams): a step joins the
   current segment only if, for every buffer it writes, each buffer of the segment sharing those
   bytes is used only by steps the writer depends on (its ancestors inside the segment): every
-  topological order finishes those uses before the write. The step's own read of a buffer it
-  updates in place (an alias) is the kernel-level in-place write per-op execution does too.
+  topological order finishes those uses before the write. The step's own read of the input it
+  writes over in place is the kernel-level in-place write per-op execution does too.
+
+Storage shared inside a segment (schema version 2) needs nothing special: a view's output and an
+in-place output are graph outputs of the session bound on the same arena slice as the input they
+share it with. A view op's kernel then sees equal addresses and copies nothing (onnxruntime's
+Reshape, Flatten, Squeeze, Unsqueeze and Identity, CPU and CUDA, copy only when the addresses
+differ), so a view is no write and never splits a segment; an elementwise kernel reads each
+element before writing it (tests/runtime/test_in_place_kernels.py checks every such op type).
 
 Copy steps end a segment; free steps are transparent (they only end a life); a change of device
 starts a new segment.
@@ -69,8 +76,8 @@ class _Builder:
             return True
         ancestors = self._ancestors_of(step)
         for out in step.outputs:
-            if out is None:
-                continue
+            if out is None or self.buffers[out].shares == "view":
+                continue  # a view writes nothing: its bytes are its input's
             start, end = self._region(out)
             for r_start, r_end, other in self.regions:
                 if other == out or r_end <= start or end <= r_start:

@@ -21,15 +21,15 @@ from runtime.errors import (
 from runtime.executor import PlanExecutor
 from runtime.plan_io import parse_plan
 from schemas.errors import ArenaplanError
-from schemas.plan import ComputeStep, FreeStep, Plan
+from schemas.plan import IN_PLACE_OP_TYPES, ComputeStep, FreeStep, Plan
 from tests.support.fixture_zoo import FIXTURE_DIR, model_path
 from tests.support.runtime_plans import full_budget_plan
 
 NAME = "mlp_sgd"
 
 
-def plan_dict() -> dict:
-    return json.loads(full_budget_plan(NAME).model_dump_json())
+def plan_dict(name: str = NAME) -> dict:
+    return json.loads(full_budget_plan(name).model_dump_json())
 
 
 def cli(tmp_path, capsys, plan: dict | str, *extra: str, model: str = NAME) -> tuple[int, str]:
@@ -39,9 +39,9 @@ def cli(tmp_path, capsys, plan: dict | str, *extra: str, model: str = NAME) -> t
     return code, capsys.readouterr().err
 
 
-def refused(plan: dict | Plan, error: type[Exception]) -> Exception:
+def refused(plan: dict | Plan, error: type[Exception], name: str = NAME) -> Exception:
     with pytest.raises(error) as info:
-        PlanExecutor(model_path(NAME), plan if isinstance(plan, Plan) else parse_plan(plan))
+        PlanExecutor(model_path(name), plan if isinstance(plan, Plan) else parse_plan(plan))
     assert isinstance(info.value, ArenaplanError)
     return info.value
 
@@ -60,17 +60,33 @@ def test_a_plan_for_another_model(tmp_path, capsys):
     assert code == 2 and "another model" in err
 
 
-def test_an_unknown_schema_version(tmp_path, capsys):
+def version_1(plan: dict) -> dict:
+    """The plan as version 1 wrote it: `alias_of` instead of explicit storage."""
+    for b in plan["buffers"]:
+        b["alias_of"] = None if b["storage"] == b["id"] else b["storage"]
+        for key in ("storage", "storage_offset", "shares"):
+            del b[key]
+    plan["schema_version"] = 1
+    return plan
+
+
+@pytest.mark.parametrize("version", [1, 3, 99])
+def test_an_unknown_schema_version(version, tmp_path, capsys):
     plan = plan_dict()
-    plan["schema_version"] = 99
-    plan["a_field_from_the_future"] = True
-    with pytest.raises(UnsupportedPlanVersionError, match="schema_version 99"):
+    if version == 1:
+        plan = version_1(plan)
+    else:
+        plan["schema_version"] = version
+        plan["a_field_from_the_future"] = True
+    with pytest.raises(UnsupportedPlanVersionError, match=f"schema_version {version} ") as info:
         parse_plan(plan)
+    assert "runs version 2 only" in str(info.value)
+    assert "re-plan the model with this arenaplan" in str(info.value)
     with pytest.raises(UnsupportedPlanVersionError):  # a Plan object built in code, too
         PlanExecutor(model_path(NAME), full_budget_plan(NAME).model_copy(
-            update={"schema_version": 2}))
+            update={"schema_version": version}))
     code, err = cli(tmp_path, capsys, plan)
-    assert code == 2 and "schema_version 99" in err
+    assert code == 2 and f"schema_version {version} " in err and "re-plan" in err
 
 
 def test_an_arena_over_its_budget(tmp_path, capsys):
@@ -107,10 +123,13 @@ def _broken(kind: str) -> dict:
         producer = next(i for i, s in enumerate(steps) if s["kind"] == "compute"
                         and freed in s["outputs"])
         steps.insert(producer + 1, steps.pop(first_free))
-    elif kind == "overlap":  # two buffers live at once share bytes
-        transient = [b for b in plan["buffers"] if b["zone"] == "transient" and b["size"] >= 64]
-        a, b = transient[0], next(b for b in transient[1:]
-                                  if b["first_step"] <= transient[0]["last_step"])
+    elif kind == "overlap":  # two storages live at once share bytes
+        shared = {b["storage"] for b in plan["buffers"] if b["storage"] != b["id"]}
+        transient = [b for b in plan["buffers"] if b["zone"] == "transient" and b["size"] >= 64
+                     and b["storage"] == b["id"] and b["id"] not in shared]
+        a = transient[0]
+        b = next(b for b in transient[1:] if b["first_step"] <= a["last_step"]
+                 and a["offset"] + b["size"] <= plan["devices"][0]["arena_bytes"])
         b["offset"] = a["offset"]
     elif kind == "outside-arena":
         plan["buffers"][-1]["offset"] = plan["devices"][0]["arena_bytes"]
@@ -139,6 +158,72 @@ def test_a_broken_plan(kind, says, tmp_path, capsys):
     assert code == 2 and "structural check" in err
 
 
+def _first(plan: dict, shares: str | None) -> dict:
+    return next(b for b in plan["buffers"] if b["shares"] == shares)
+
+
+def _overwrite_a_live_view(plan: dict) -> str:
+    """Hand-made: the output of an elementwise op, an owner of its bytes until now, declared
+    in place over an input whose storage a view still has a later reader of. Returns the view."""
+    buffers = {b["id"]: b for b in plan["buffers"]}
+    members: dict[str, list[str]] = {}
+    for b in plan["buffers"]:
+        members.setdefault(b["storage"], []).append(b["id"])
+    read_at: dict[str, list[int]] = {}
+    for i, s in enumerate(plan["steps"]):
+        for b_id in s.get("inputs", []):
+            read_at.setdefault(b_id, []).append(i)
+    for w, s in enumerate(plan["steps"]):
+        if s["kind"] != "compute" or s["op_type"] not in IN_PLACE_OP_TYPES:
+            continue
+        out = buffers[s["outputs"][0]]
+        if members.get(out["id"]) != [out["id"]]:  # an owner with no other buffers
+            continue
+        for src in (buffers[b] for b in s["inputs"] if b and buffers[b]["size"] == out["size"]):
+            views = [m for m in members[src["storage"]] if buffers[m]["shares"] == "view"
+                     and max(read_at.get(m, [-1])) > w]
+            if views:
+                out.update(storage=src["storage"], offset=src["offset"],
+                           storage_offset=src["storage_offset"], shares="in_place")
+                return views[0]
+    raise AssertionError("no elementwise op reads a storage a view reads later")
+
+
+def test_a_plan_that_overwrites_a_live_view():
+    plan = plan_dict("cnn_bn_momentum")
+    view = _overwrite_a_live_view(plan)
+    error = refused(plan, PlanCheckError, "cnn_bn_momentum")
+    assert f"reads buffer {view} after its life ended" in str(error), error.problems
+
+
+@pytest.mark.parametrize("kind,says", [
+    ("unknown-storage", "which is no buffer of the plan"),
+    ("off-its-storage", "not at its storage"),
+    ("owner-that-shares", "owns its storage but says it shares one"),
+    ("sharing-without-saying-how", "does not say how it shares it"),
+    ("view-written-by-elementwise", "is not a view op"),
+    ("in-place-written-by-view", "is not an op that may write over its input"),
+])
+def test_a_plan_with_broken_storage(kind, says, tmp_path, capsys):
+    plan = plan_dict()
+    if kind == "unknown-storage":
+        _first(plan, "view")["storage"] = "nowhere@cpu"
+    elif kind == "off-its-storage":
+        _first(plan, "view")["storage_offset"] = 64
+    elif kind == "owner-that-shares":
+        _first(plan, None)["shares"] = "view"
+    elif kind == "sharing-without-saying-how":
+        _first(plan, "in_place")["shares"] = None
+    elif kind == "view-written-by-elementwise":
+        _first(plan, "in_place")["shares"] = "view"
+    elif kind == "in-place-written-by-view":
+        _first(plan, "view")["shares"] = "in_place"
+    error = refused(plan, PlanCheckError)
+    assert any(says in problem for problem in error.problems), error.problems
+    code, err = cli(tmp_path, capsys, plan, "--no-validate")
+    assert code == 2 and says in err
+
+
 def test_the_injected_validator_is_consulted(tmp_path, capsys):
     plan = full_budget_plan(NAME)
     with pytest.raises(PlanCheckError, match="fails validation: no thanks"):
@@ -151,10 +236,11 @@ def test_the_cli_runs_the_planner_validator(tmp_path, capsys):
     and overlapping nothing) passes the runtime's structural check but not the planner's
     validator, which the CLI injects."""
     plan = plan_dict()
-    owners = {b["alias_of"] for b in plan["buffers"] if b["alias_of"]}
-    top = max((b for b in plan["buffers"] if not b["alias_of"] and b["id"] not in owners),
+    top = max((b for b in plan["buffers"] if b["storage"] == b["id"]),
               key=lambda b: b["offset"] + b["size"])
-    top["offset"] += 8  # element-aligned for every dtype of the fixture
+    for b in plan["buffers"]:  # the storage ending highest moves, with every buffer in it
+        if b["storage"] == top["id"]:
+            b["offset"] += 8  # element-aligned for every dtype of the fixture
     plan["devices"][0]["arena_bytes"] += 64
     PlanExecutor(model_path(NAME), parse_plan(plan))  # fine for the runtime itself
     code, err = cli(tmp_path, capsys, plan)
@@ -188,9 +274,9 @@ def test_bad_inputs(tmp_path, capsys):
 
 
 def test_the_structural_check_accepts_every_valid_plan_shape():
-    """No false alarms: the pipeline's plan has frees, aliases and reused bytes."""
+    """No false alarms: the pipeline's plan has frees, views, in-place values and reused bytes."""
     plan = full_budget_plan("gpt2_tiny_adam")
     assert any(isinstance(s, FreeStep) for s in plan.steps)
-    assert any(b.alias_of for b in plan.buffers)
+    assert {b.shares for b in plan.buffers} == {None, "view", "in_place"}
     assert sum(isinstance(s, ComputeStep) for s in plan.steps) > 100
     PlanExecutor(model_path("gpt2_tiny_adam"), plan)
