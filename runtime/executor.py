@@ -254,7 +254,7 @@ class PlanExecutor:
         for state, output in self.plan.state_updates.items():
             dst = self.buffers[self.plan.graph_inputs[state]]
             src = self.buffers[self.plan.graph_outputs[output]]
-            if (src.device, src.offset) == (dst.device, dst.offset):
+            if _same_place(src, dst):
                 continue  # the update chain ran in place: the new value is in the state's bytes
             if _overlap(src, dst):
                 raise PlanCheckError(f"state {state}: its new value {src.id} partly overlaps its "
@@ -272,6 +272,14 @@ class PlanExecutor:
             ) from None
         return [self._transfers.copier(self._place(moves[i][0]), self._place(moves[i][1]))
                 for i in order]
+
+    @property
+    def states_fed_by_copy(self) -> list[str]:
+        """States whose new value is copied into the state's buffer between steps; the others'
+        update chains ran in place, leaving the new value in the state's own bytes."""
+        return [state for state, output in self.plan.state_updates.items()
+                if not _same_place(self.buffers[self.plan.graph_outputs[output]],
+                                   self.buffers[self.plan.graph_inputs[state]])]
 
     def _feed_back(self) -> None:
         for copy in self._feed:
@@ -307,6 +315,10 @@ def _as_plan(plan: Plan | str | Path | dict) -> Plan:
     if isinstance(plan, dict):
         return parse_plan(plan)
     return read_plan(plan)
+
+
+def _same_place(a: BufferSpec, b: BufferSpec) -> bool:
+    return (a.device, a.offset) == (b.device, b.offset)
 
 
 def _overlap(a: BufferSpec, b: BufferSpec) -> bool:

@@ -23,7 +23,8 @@ Storage shared inside a segment (schema version 2) needs nothing special: a view
 in-place output are graph outputs of the session bound on the same arena slice as the input they
 share it with. A view op's kernel then sees equal addresses and copies nothing (onnxruntime's
 Reshape, Flatten, Squeeze, Unsqueeze and Identity, CPU and CUDA, copy only when the addresses
-differ), so a view is no write and never splits a segment; an elementwise kernel reads each
+differ), so a view step neither writes nor reads those bytes: it never splits a segment, and
+only the steps reading its output count as uses of them. An elementwise kernel reads each
 element before writing it (tests/runtime/test_in_place_kernels.py checks every such op type).
 
 Copy steps end a segment; free steps are transparent (they only end a life); a change of device
@@ -100,7 +101,10 @@ class _Builder:
         local = len(self.segment.steps)
         self.ancestors.append(self._ancestors_of(step))
         self.segment.steps.append(index)
-        for b in [*step.inputs, *step.outputs]:
+        touched = [*step.inputs, *step.outputs]
+        if any(b is not None and self.buffers[b].shares == "view" for b in step.outputs):
+            touched = step.inputs[1:]  # a view op touches no byte of the data it shares
+        for b in touched:
             if b is None:
                 continue
             if b not in self.uses:

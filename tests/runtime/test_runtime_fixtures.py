@@ -1,8 +1,9 @@
 """Every fixture's plan at 100% budget runs in its arena and equals ONNX Runtime, step by step.
 
 `arenaplan run --check --steps 5` compares every output of every step with one whole-graph ONNX
-Runtime session fed the same inputs (state fed back on both sides); the losses of the 5 steps
-must be those of 5 reference steps, and the fixture's recorded reference loss is step 1's.
+Runtime session fed the same inputs (state fed back on both sides, in place where the plan
+updates state in place); every output of the 5 steps must be bit-identical to the reference's,
+and the fixture's recorded reference loss is step 1's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from runtime.inputs import read_npz
 from runtime.model import read_model
 from runtime.reference import ReferenceSession, compare_outputs
 from tests.support.fixture_zoo import REQUIRED, inputs_path, model_path, sidecar
-from tests.support.reference import TOLERANCE
 from tests.support.runtime_plans import full_budget_plan
 
 STEPS = 5
@@ -39,12 +39,12 @@ def test_run_check_matches_onnxruntime_for_five_steps(name, tmp_path, capsys):
         "--inputs", str(inputs_path(name)), "--check",
     )
     assert code == 0
-    assert report["check_ok"] and report["max_abs_diff"] <= TOLERANCE
+    assert report["check_ok"] and report["max_abs_diff"] == 0  # bit-identical
     steps = report["steps"]
     assert len(steps) == STEPS
     assert report["loss_output"] == sidecar(name)["loss_output"]
     for row in steps:
-        assert row["loss"] == pytest.approx(row["reference_loss"], abs=TOLERANCE)
+        assert row["loss"] == row["reference_loss"]
     assert steps[0]["loss"] == pytest.approx(sidecar(name)["reference_loss"], rel=1e-4, abs=1e-5)
     losses = [row["loss"] for row in steps]
     assert len(set(losses)) > 1, "state must be fed back: the loss changes from step to step"
@@ -73,7 +73,7 @@ def test_other_execution_modes_match_too(name, options):
         executor.step()
         reference.step()
         diffs = compare_outputs(executor.outputs(), reference.last)
-        assert max(diffs.values()) <= TOLERANCE, max(diffs, key=diffs.get)
+        assert max(diffs.values()) == 0, max(diffs, key=diffs.get)
 
 
 def test_run_prints_losses_times_and_arenas(tmp_path, capsys):
@@ -122,7 +122,7 @@ def test_new_data_each_step_and_restarting_from_given_state():
         batch["input"] = rng.standard_normal(values["input"].shape).astype(np.float32)
         executor.step(batch)
         reference.step(batch)
-        assert max(compare_outputs(executor.outputs(), reference.last).values()) <= TOLERANCE
+        assert max(compare_outputs(executor.outputs(), reference.last).values()) == 0
     # loading state again restarts training from it: step 1's loss comes back
     executor.load_inputs(values)
     executor.step()
@@ -130,4 +130,4 @@ def test_new_data_each_step_and_restarting_from_given_state():
     fresh.load_inputs(values)
     fresh.step()
     loss = sidecar(name)["loss_output"]
-    assert executor.output(loss) == pytest.approx(fresh.last[loss], abs=TOLERANCE)
+    assert executor.output(loss) == fresh.last[loss]

@@ -79,10 +79,12 @@ def _run_beside(executor: PlanExecutor, reference: ReferenceSession,
         assert max(compare_outputs(executor.outputs(), reference.last).values()) <= tolerance
 
 
-def _buffer(b_id: str, offset: int, first: int, last: int) -> BufferSpec:
+def _buffer(b_id: str, offset: int, first: int, last: int, storage: str | None = None,
+            shares: str | None = None) -> BufferSpec:
     return BufferSpec(id=b_id, tensor=b_id, device="cpu", offset=offset, size=64,
                       dtype="float32", shape=[16], first_step=first, last_step=last,
-                      role="activation", zone="transient")
+                      role="activation", zone="transient", storage=storage or b_id,
+                      shares=shares)
 
 
 def _compute(op: int, op_type: str, inputs: list[str], outputs: list[str]) -> ComputeStep:
@@ -115,6 +117,28 @@ def test_segments_split_where_address_reuse_depends_on_node_order():
     assert [type(u) for u in group_steps([steps[0], CopyStep(src="a", dst="c"), steps[1]],
                                          buffers)] == [Segment, CopyUnit, Segment]
     assert [u.steps for u in group_steps(steps, buffers, fuse=False)] == [[0], [1], [2], [4]]
+
+
+def test_segments_with_views_and_in_place_values():
+    # a = relu(x); v = view of a; b = neg(v); c = exp(a) over a's bytes (in place): a's other
+    # reader (the view, and b through it) must finish first. In an order-free session only b,
+    # which c does not depend on, could run after c: the segment splits before c.
+    buffers = {b.id: b for b in [
+        _buffer("x", 0, 0, 0), _buffer("a", 64, 0, 3), _buffer("v", 64, 1, 2, "a", "view"),
+        _buffer("b", 128, 2, 4), _buffer("c", 64, 3, 4, "a", "in_place"),
+    ]}
+    steps = [
+        _compute(0, "Relu", ["x"], ["a"]), _compute(1, "Reshape", ["a"], ["v"]),
+        _compute(2, "Neg", ["v"], ["b"]), _compute(3, "Exp", ["a"], ["c"]),
+    ]
+    assert [u.steps for u in group_steps(steps, buffers)] == [[0, 1, 2], [3]]
+    assert [u.steps for u in group_steps(steps, buffers, order_kept={"cpu"})] == [[0, 1, 2, 3]]
+    # when c depends on every reader of a's bytes, any order is safe; a view is no write, so
+    # it never splits a segment although its bytes are a's, which other steps still read
+    steps[3] = _compute(3, "Add", ["a", "b"], ["c"])
+    assert [u.steps for u in group_steps(steps, buffers)] == [[0, 1, 2, 3]]
+    steps[2] = _compute(2, "Neg", ["a"], ["b"])  # b no longer reads through the view
+    assert [u.steps for u in group_steps(steps, buffers)] == [[0, 1, 2, 3]]
 
 
 def test_host_copies_move_bytes_without_temporaries():
