@@ -17,6 +17,7 @@ from service.blobs import ModelBlobs
 from service.errors import install_error_handlers
 from service.jobs import JobEvents, JobRunner
 from service.metrics import RequestMetricsMiddleware, ScrapedGauge, ServiceMetrics
+from service.plan_bodies import PLANS_FOLDER, PlanBodies
 from service.plan_service import PlanService
 from service.routes import ops, plans
 from service.settings import Settings, load_settings
@@ -47,7 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         blobs = ModelBlobs(settings.model_dir)
         blobs.remove_stale_uploads()
         events = JobEvents()
-        runner = JobRunner(settings, store, blobs, metrics, events)
+        bodies = PlanBodies(settings.model_dir / PLANS_FOLDER, settings.plan_cache_bytes)
+        runner = JobRunner(settings, store, blobs, metrics, events, bodies)
         runner.start()
         gauges = [
             ScrapedGauge("arenaplan_jobs", "plan jobs in the store by state", "state",
@@ -57,7 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ]
         for gauge in gauges:
             metrics.registry.register(gauge)
-        service = PlanService(settings, store, runner, events, metrics)
+        service = PlanService(settings, store, runner, events, metrics, bodies)
         app.state.settings, app.state.store, app.state.blobs = settings, store, blobs
         app.state.runner, app.state.plans, app.state.metrics = runner, service, metrics
         log.info("arenaplan service: store %s, models in %s, %d solver process(es), %s",

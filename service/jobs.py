@@ -32,6 +32,7 @@ from multiprocessing.process import BaseProcess
 from schemas.plan import PlanRequest
 from service.blobs import DamagedBlobError, ModelBlobs
 from service.metrics import ServiceMetrics
+from service.plan_bodies import PlanBodies
 from service.recovery import owner_is_gone, recover_jobs
 from service.settings import Settings
 from service.store import Claim, Store
@@ -180,8 +181,8 @@ class Slot:
 
 class JobRunner:
     def __init__(self, settings: Settings, store: Store, blobs: ModelBlobs,
-                 metrics: ServiceMetrics, events: JobEvents):
-        self.settings, self.store, self.blobs = settings, store, blobs
+                 metrics: ServiceMetrics, events: JobEvents, bodies: PlanBodies):
+        self.settings, self.store, self.blobs, self.bodies = settings, store, blobs, bodies
         self.metrics, self.events = metrics, events
         self.owner = new_owner_id()
         self.slots = [Slot(WorkerProcess(i, settings.worker_start_timeout_s))
@@ -383,6 +384,8 @@ class JobRunner:
             outcome = "done"
             recorded = self.store.finish(claim.plan_id, self.owner, solve_seconds=seconds,
                                          plan_json=plan_json)
+            if recorded and plan_json is not None:
+                self._write_body(claim.plan_id, plan_json)
         if not recorded:
             log.warning("job %s: finished here but no longer owned (reclaimed elsewhere)",
                         claim.plan_id)
@@ -390,6 +393,14 @@ class JobRunner:
         self.metrics.solves_finished.labels(outcome=outcome).inc()
         self.metrics.solve_seconds.labels(outcome=outcome).observe(seconds)
         self.events.publish(claim.plan_id)
+
+    def _write_body(self, plan_id: str, plan_json: str) -> None:
+        """Encode the plan for fetching once, now (`service.plan_bodies`); a fetch rebuilds it
+        from the store when this fails."""
+        try:
+            self.bodies.write(plan_id, plan_json)
+        except OSError:
+            log.exception("job %s: cannot write the plan's files", plan_id)
 
     # --- heartbeat and recovery -------------------------------------------------------------
 

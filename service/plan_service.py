@@ -2,7 +2,9 @@
 
 A submission is recorded in the store (job + who may see it) before anything is answered; the
 plan id is deterministic (`schemas.plan.compute_plan_id`), so a repeat of the same model bytes
-and request finds the stored plan and answers it without solving.
+and request finds the stored plan and answers it without solving. A done plan is answered as
+bytes encoded once (`service.plan_bodies`): its JSON, or its gzip copy when the client accepts
+gzip, from memory when this namespace fetched it before.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from service.blobs import DamagedBlobError, ModelBlobs
 from service.errors import ApiProblem, failed_job_response, stored_error
 from service.jobs import JobEvents, JobRunner
 from service.metrics import ServiceMetrics
+from service.plan_bodies import PlanBodies
 from service.report_view import render_stored_report
 from service.settings import Settings
 from service.store import JobView, QueueFullError, Store
@@ -45,15 +48,15 @@ def _when(timestamp: float | None) -> datetime | None:
 
 class PlanService:
     def __init__(self, settings: Settings, store: Store, runner: JobRunner, events: JobEvents,
-                 metrics: ServiceMetrics):
+                 metrics: ServiceMetrics, bodies: PlanBodies):
         self.settings, self.store, self.runner = settings, store, runner
-        self.events, self.metrics = events, metrics
+        self.events, self.metrics, self.bodies = events, metrics, bodies
         self.stopping = asyncio.Event()
 
     # --- POST /plan ------------------------------------------------------------------------
 
     async def submit(self, upload: PlanUpload, namespace: str | None, wait_s: float | None,
-                     url_of: Callable[[str], str]) -> Response:
+                     url_of: Callable[[str], str], accept_encoding: str | None) -> Response:
         plan_id = compute_plan_id(upload.model_sha256, upload.request, PLANNER_VERSION)
         known = await run_in_threadpool(self.store.get, plan_id, namespace)
         if known is not None and (known.state == "done"
@@ -61,7 +64,7 @@ class PlanService:
             # Stored and visible to this caller: answered from the store, nothing written.
             self.metrics.submissions.labels(
                 outcome="cached" if known.state == "done" else "existing").inc()
-            return await self._answer(known, url_of(plan_id))
+            return await self._answer(known, namespace, url_of(plan_id), accept_encoding)
         await run_in_threadpool(self.store.record_model, upload.model_sha256, upload.model_bytes)
         try:
             submitted = await run_in_threadpool(
@@ -81,7 +84,7 @@ class PlanService:
         if not job.final:
             wait = self.settings.default_wait_s if wait_s is None else wait_s
             job = await self._wait_final(plan_id, min(wait, self.settings.max_wait_s), job)
-        return await self._answer(job, url_of(plan_id))
+        return await self._answer(job, namespace, url_of(plan_id), accept_encoding)
 
     async def _wait_final(self, plan_id: str, wait_s: float, job: JobView) -> JobView:
         loop = asyncio.get_running_loop()
@@ -100,8 +103,13 @@ class PlanService:
 
     # --- GET /plans/{id} --------------------------------------------------------------------
 
-    async def get(self, plan_id: str, namespace: str | None, url: str) -> Response:
-        return await self._answer(await self._visible_job(plan_id, namespace), url)
+    async def get(self, plan_id: str, namespace: str | None, url_of: Callable[[str], str],
+                  accept_encoding: str | None) -> Response:
+        body = self.bodies.recall(plan_id, namespace)
+        if body is not None:  # shown to this namespace before: done plans never change
+            return body.response(accept_encoding)
+        job = await self._visible_job(plan_id, namespace)
+        return await self._answer(job, namespace, url_of(plan_id), accept_encoding)
 
     async def report(self, plan_id: str, namespace: str | None, url: str,
                      blobs: ModelBlobs) -> Response:
@@ -111,7 +119,7 @@ class PlanService:
         """
         job = await self._visible_job(plan_id, namespace)
         if job.state != "done":
-            return await self._answer(job, url)
+            return await self._answer(job, namespace, url, None)
         plan_json = await run_in_threadpool(self.store.plan_json, job.plan_id)
         assert plan_json is not None, "a done job has its plan"
         try:
@@ -130,10 +138,15 @@ class PlanService:
                              plan_id=plan_id)
         return job
 
-    async def _answer(self, job: JobView, url: str) -> Response:
+    async def _answer(self, job: JobView, namespace: str | None, url: str,
+                      accept_encoding: str | None) -> Response:
         if job.state == "done":
-            plan_json = await run_in_threadpool(self.store.plan_json, job.plan_id)
-            return Response(plan_json, media_type="application/json")
+            plan_id = job.plan_id
+            body = await run_in_threadpool(self.bodies.load, plan_id,
+                                           lambda: self.store.plan_json(plan_id))
+            assert body is not None, "a done job has its plan"
+            self.bodies.remember(plan_id, namespace, body)
+            return body.response(accept_encoding)
         if job.state == "failed":
             return failed_job_response(job.error or {}, job.error_status or 409)
         status = self.status_of(job, url)

@@ -21,6 +21,7 @@ Variables (all optional; `arenaplan serve` options override them):
 | ARENAPLAN_LEASE_S | 20 | a running job whose instance stopped heart-beating is re-queued |
 | ARENAPLAN_MAX_QUEUED | 1000 | queued jobs beyond which POST /plan answers 429 |
 | ARENAPLAN_WORKER_START_TIMEOUT_S | 120 | how long a new solver process may take to start |
+| ARENAPLAN_PLAN_CACHE_BYTES | 64 MiB | memory for recently fetched plans (0: read their files) |
 
 Names are matched without regard to case (pydantic-settings' rule); other `ARENAPLAN_*`
 variables (the client's `ARENAPLAN_API_KEY`, the profile cache's `ARENAPLAN_CACHE_DIR`) are not
@@ -84,6 +85,7 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=20.0, gt=0)
     max_queued: int = Field(default=1000, ge=1)
     worker_start_timeout_s: float = Field(default=120.0, gt=0)
+    plan_cache_bytes: int = Field(default=64 * MiB, ge=0)
 
     @model_validator(mode="before")
     @classmethod

@@ -1,4 +1,8 @@
-"""FastAPI dependencies: the objects each request needs, taken from the running app."""
+"""FastAPI dependencies: the objects each request needs, taken from the running app.
+
+They are `async def`: FastAPI runs a plain `def` dependency in its thread pool, a hop per
+dependency per request that costs more than these lookups.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +16,19 @@ from service.plan_service import PlanService
 from service.store import Store
 
 
-def get_plans(request: Request) -> PlanService:
+async def get_plans(request: Request) -> PlanService:
     return request.app.state.plans
 
 
-def get_blobs(request: Request) -> ModelBlobs:
+async def get_blobs(request: Request) -> ModelBlobs:
     return request.app.state.blobs
 
 
-def get_store(request: Request) -> Store:
+async def get_store(request: Request) -> Store:
     return request.app.state.store
 
 
-def get_metrics(request: Request) -> ServiceMetrics:
+async def get_metrics(request: Request) -> ServiceMetrics:
     return request.app.state.metrics
 
 

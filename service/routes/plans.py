@@ -89,7 +89,8 @@ async def submit_plan(
         "(default 30, capped by the server)")] = None,
 ) -> Response:
     upload = await read_plan_upload(request, settings, blobs)
-    return await plans.submit(upload, namespace, wait, _url_of(request))
+    return await plans.submit(upload, namespace, wait, _url_of(request),
+                              request.headers.get("accept-encoding"))
 
 
 def _while_solving(done: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
@@ -113,8 +114,8 @@ async def get_plan(
     plans: PlansDep,
 ) -> Response:
     _check_plan_id(plan_id)
-    return await plans.get(plan_id, namespace, str(request.url_for("get_plan",
-                                                                    plan_id=plan_id)))
+    return await plans.get(plan_id, namespace, _url_of(request),
+                           request.headers.get("accept-encoding"))
 
 
 @router.get(

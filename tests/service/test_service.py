@@ -107,6 +107,22 @@ def test_repeat_request_returns_the_stored_plan_without_solving(server):
     assert get(server.url, "/plans", params={"model_sha256": "abc"}).status_code == 422
 
 
+def test_a_stored_plan_is_served_as_stored_bytes_gzip_when_accepted(server):
+    answer = submit(server.url, model_path("mlp_sgd"), request_json(time_limit_s=1, seed=13))
+    assert answer.status_code == 200, answer.text[:300]
+    plan_id = answer.json()["plan_id"]
+    plain, packed = (get(server.url, f"/plans/{plan_id}", headers={"Accept-Encoding": accept})
+                     for accept in ("identity", "gzip"))
+    assert plain.status_code == packed.status_code == 200
+    assert plain.content == packed.content == answer.content  # decoded: the same bytes
+    assert "content-encoding" not in plain.headers
+    assert packed.headers["content-encoding"] == "gzip"
+    assert int(packed.headers["content-length"]) < len(plain.content) / 3
+    assert plain.headers["vary"] == packed.headers["vary"] == "Accept-Encoding"
+    stored = server.directory / "models" / "plans" / plan_id[:2] / f"{plan_id}.json"
+    assert stored.read_bytes() == plain.content  # written once, when the job finished
+
+
 def test_the_report_of_a_plan_is_served_as_html(server):
     answer = submit(server.url, model_path("mlp_sgd"), request_json(time_limit_s=1, seed=12))
     assert answer.status_code == 200, answer.text[:300]
