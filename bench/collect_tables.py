@@ -21,7 +21,7 @@ SECTIONS = {
     "profile": "Operator profiling: wall time, cold and warm cache (issue 3)",
     "remat": "Rematerialization: budget vs predicted overhead, ours vs baselines (issue 4)",
     "runtime": "Runtime: arena vs ONNX Runtime memory, step time (issue 6)",
-    "service": "Service: concurrent requests, cached-plan latency (issue 7)",
+    "service": "Service: concurrent requests, cached-plan latency (issues 7 and 15)",
 }
 
 # Tables a bench writes besides its results.md: (title, table relative to bench/, runner module).
