@@ -4,8 +4,14 @@ A plan is a straight-line program for one training step over fixed arenas, one p
 
 - `buffers`: every value the step holds, with its device, byte offset in that device's arena,
   size, dtype, shape and the step range it is live in. A tensor recomputed or copied to another
-  device has one buffer per materialization. A buffer can reuse another's storage (`alias_of`,
-  an in-place state update): same device and offset, lives after it.
+  device has one buffer per materialization.
+- storage (schema version 2): every buffer names the storage its bytes are in (`storage`, the id
+  of the buffer that owns those bytes; an owner names itself) and where in it
+  (`storage_offset`). Buffers share a storage two ways (`shares`): a `view` is the same bytes
+  under another shape (Reshape, Flatten, Squeeze, Unsqueeze, Identity: the op writes nothing),
+  and `in_place` is a value an op wrote over the bytes of an input that dies at that op (an
+  elementwise op, or an updated state over its old value). A storage's bytes are live from the
+  first step of any of its buffers to the last step of any of them; only owners are laid out.
 - `steps`: `compute` (run one op on one device, reading and writing buffers; `recompute` marks a
   rematerialization), `copy` (buffer to buffer, usually across devices) and `free` (end of a
   buffer's life; nothing is deallocated).
@@ -29,10 +35,21 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from schemas.profile import Profile
 
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 2
 # `cpu:N` is an extra host arena (a second NUMA node, or a stand-in for a second device when no
 # GPU is at hand); it runs on the CPU and shares the CPU's costs.
 DEVICE_PATTERN = re.compile(r"cpu(:\d+)?|cuda:\d+")  # the whole name: fullmatch, no "\n"
+# Ops whose output is their first input's bytes under another shape: a `view` buffer is written
+# by one of these, reading a buffer of the same storage, and the kernel writes nothing.
+VIEW_OP_TYPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+# Elementwise ops that may write their output over an input of the same shape and dtype (each
+# output element depends only on the same element of every input): an `in_place` buffer is
+# written by one of these over a buffer it reads.
+IN_PLACE_OP_TYPES = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log",
+    "Max", "Min", "Clip", "Where", "Floor", "Ceil", "Relu", "Sigmoid", "Tanh", "Erf",
+    "LeakyRelu", "Softplus",
+})
 # Sizes the solvers and ONNX shapes can hold (int64); a JSON `true` is no number of bytes.
 WholeNumber = Annotated[int, Strict(), Field(lt=2**63)]
 SolverStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
@@ -138,9 +155,21 @@ class BufferSpec(BaseModel):
     preloaded: bool = Field(
         default=False, description="holds a graph input or constant before step 0"
     )
-    alias_of: str | None = Field(
-        default=None, description="buffer whose storage this one reuses (in-place update)"
+    storage: str = Field(
+        description="id of the buffer that owns this buffer's bytes (its own id for an owner)"
     )
+    storage_offset: int = Field(
+        default=0, ge=0, description="byte offset of this buffer within its storage"
+    )
+    shares: Literal["view", "in_place"] | None = Field(
+        default=None, description="how a buffer that is not the owner came to share the "
+        "storage: 'view' (the same bytes reinterpreted, nothing written) or 'in_place' (written "
+        "over a value that dies at the writing step)"
+    )
+
+    @property
+    def owns_storage(self) -> bool:
+        return self.storage == self.id
 
 
 class ComputeStep(BaseModel):

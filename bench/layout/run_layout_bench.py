@@ -30,6 +30,7 @@ from planner.layout import (
     lower_bound,
     plan_layout,
 )
+from planner.plan.live import storage_ranges
 
 HERE = Path(__file__).resolve().parent
 
@@ -59,10 +60,10 @@ def fixture_instances(order_time_limit: float = 5.0) -> list[BenchInstance]:
     for name in fixture_names():
         plan = plan_model(model_path(name), PlanRequest(budgets={"cpu": 2**40},
                                                         time_limit_s=2 * order_time_limit))
-        buffers = [
-            Buffer(b.id, b.first_step, b.last_step + 1, max(b.size, 1),
+        buffers = [  # one buffer per storage, over the union of its buffers' ranges
+            Buffer(b.id, first, last + 1, max(b.size, 1),
                    zone="persistent" if b.zone == "persistent" else None)
-            for b in plan.buffers if b.alias_of is None
+            for b, first, last in storage_ranges(plan.buffers)
         ]
         instances.append(bench_instances_from_buffers(f"fixture-{name}", buffers,
                                                       kind="fixture"))

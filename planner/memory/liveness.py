@@ -1,16 +1,17 @@
 """Tensor lifetimes and live bytes of a graph executed in a given sequential order.
 
-This is the one memory model every planner phase shares, so that "peak" means the same thing in
-the ordering solver, the layout and the reports:
+This is the schedule memory model (planner.memory.replay) for the simplest schedule: every op
+once, on one device, in the given order, each value dead after its last read; step k is the k-th
+op. Ordering solvers
+and heuristics, remat's reorder passes and the reports take "peak" from here:
 
 - step k runs op `order[k]`; a tensor produced at step p is live on [p, last read];
 - graph inputs (data, parameters, state) are loaded before step 0: live on [0, last read];
 - graph outputs (the loss, updated state) stay live to the last step;
 - a value nobody reads still occupies its bytes in the step that writes it;
-- initializers (constants of the model) are live for the whole step: the runtime must hold them;
-- state inputs (parameters, optimizer state, buffers) are persistent: live for the whole step;
-  their new value reuses their storage when planner.memory.sharing allows it and the order runs
-  every other reader of the old value first (`alias`), else it is a tensor of its own.
+- initializers (constants of the model) and state inputs are live for the whole step;
+- views share their source's storage, and an elementwise op may write over an input that dies
+  there (planner.memory.sharing): such a tensor adds no bytes and keeps the storage live.
 """
 
 from __future__ import annotations
@@ -19,48 +20,30 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from planner.ir.graph import Graph
-from planner.memory.sharing import aliases_in_order, state_updates
+from planner.memory.replay import replay
+from planner.memory.schedule import Compute, Schedule, home_on
+from planner.memory.sharing import state_updates
+from planner.memory.zones import live_curve as live_curve
+from planner.memory.zones import outlives_step as outlives_step
+from planner.memory.zones import persistent_tensors as persistent_tensors
 
 
 @dataclass(frozen=True)
 class Lifetimes:
     """Inclusive live step ranges by tensor id, and the live bytes of every step.
 
-    Tensors in `alias` (updated output -> state input) share the state's storage and range.
+    `alias` maps a tensor sitting in another tensor's bytes (a view, an in-place write) to the
+    tensor that owns them; those bytes are counted once, over the storage's whole life.
     """
 
     first: dict[int, int]
     last: dict[int, int]
     live_bytes: tuple[int, ...]
-    alias: dict[int, int]
+    alias: dict[int, int]  # tensor -> the tensor owning the storage it sits in
 
     @property
     def peak(self) -> int:
         return max(self.live_bytes, default=0)
-
-
-def persistent_tensors(graph: Graph) -> frozenset[int]:
-    """Constants and state: held for the whole step, whatever the order or schedule."""
-    return state_updates(graph).persistent | {t.id for t in graph.tensors if t.is_initializer}
-
-
-def outlives_step(graph: Graph) -> frozenset[int]:
-    """Tensors never freed within a step: constants, state and graph outputs."""
-    return persistent_tensors(graph) | {t.id for t in graph.tensors if t.is_graph_output}
-
-
-def live_curve(ranges: Iterable[tuple[int, int, int]], n_steps: int) -> list[int]:
-    """Bytes live at each of `n_steps` steps, given (first, last, bytes) with inclusive ranges
-    (a last step past the end counts to the end): the one sum every peak is taken from."""
-    delta = [0] * (n_steps + 1)
-    for first, last, nbytes in ranges:
-        delta[first] += nbytes
-        delta[min(last, n_steps - 1) + 1] -= nbytes
-    live, running = [], 0
-    for k in range(n_steps):
-        running += delta[k]
-        live.append(running)
-    return live
 
 
 def check_order(graph: Graph, order: Sequence[int]) -> None:
@@ -79,41 +62,45 @@ def check_order(graph: Graph, order: Sequence[int]) -> None:
 
 def lifetimes(graph: Graph, order: Sequence[int]) -> Lifetimes:
     """Live ranges and the per-step live bytes of `graph` run in `order` (see module doc)."""
-    n = len(order)
-    position = {op: k for k, op in enumerate(order)}
-    end = max(n - 1, 0)
-    alias = aliases_in_order(graph, order)
-    whole_step = persistent_tensors(graph) | set(alias)
+    home = home_on(graph, "cpu")  # steps are op positions: frees change nothing here
+    walk = replay(graph, Schedule(tuple(Compute(op, "cpu") for op in order), home))
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    for t in graph.tensors:
-        if t.id in whole_step:
-            first[t.id], last[t.id] = 0, end
-            continue
-        start = 0 if t.producer is None else position[t.producer]
-        reads = [position[c] for c in t.consumers]
-        stop = end if t.is_graph_output else max(reads, default=start)
-        first[t.id], last[t.id] = start, max(stop, start)
-    live = live_curve(((first[t.id], last[t.id], t.nbytes) for t in graph.tensors
-                       if t.id not in alias), n)
+    for m in walk.materializations:
+        first[m.tensor], last[m.tensor] = walk.live_range(m)
+    alias = {m.tensor: m.owner.tensor for m in walk.materializations if m.storage is not None}
+    live = walk.live_bytes().get("cpu", [0] * walk.n_steps)
     return Lifetimes(first=first, last=last, live_bytes=tuple(live), alias=alias)
+def aliases_in_order(graph: Graph, order: Sequence[int]) -> dict[int, int]:
+    """Updated output -> state input, for the in-place updates that running `order` allows."""
+    alias = lifetimes(graph, order).alias
+    return {new: state for new, state in state_updates(graph).in_place.items()
+            if alias.get(new) == state}
 
 
 def order_lower_bound(graph: Graph) -> int:
-    """Live bytes that no order can avoid at some step.
+    """Live bytes that no order can avoid at some step (the op-footprint bound).
 
     Constants and state are live throughout. On top of that: every op needs its other inputs
     and outputs at once; all other graph inputs are live at step 0; all graph outputs that are
-    not in-place state updates are live at the last step.
+    not in-place state updates are live at the last step. Bytes are counted per storage: a view
+    adds nothing to its source, and an output that may be written over one of its op's inputs
+    (planner.memory.sharing) adds nothing to that op's footprint.
     """
+    sharing = state_updates(graph)
     always = persistent_tensors(graph)
-    free_of_charge = always | set(state_updates(graph).in_place)
     baseline = sum(graph.tensors[t].nbytes for t in always)
+    protected = {t for t in graph.inputs if t not in sharing.persistent}
 
     def transient_bytes(ids: Iterable[int]) -> int:
-        return sum(graph.tensors[t].nbytes for t in set(ids) - free_of_charge)
+        roots = {sharing.view_root(t) for t in ids} - always - set(sharing.in_place)
+        return sum(graph.tensors[t].nbytes for t in roots)
 
-    footprint = max(
-        (transient_bytes([*op.input_ids, *op.output_ids]) for op in graph.ops), default=0
-    )
+    def may_overwrite(output: int) -> bool:
+        roots = {sharing.view_root(x) for x in sharing.candidates.get(output, ())}
+        return bool(roots - always - protected)
+
+    footprint = max((transient_bytes([*op.input_ids,
+                                      *(t for t in op.output_ids if not may_overwrite(t))])
+                     for op in graph.ops), default=0)
     return baseline + max(transient_bytes(graph.inputs), transient_bytes(graph.outputs), footprint)

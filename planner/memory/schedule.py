@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from planner.ir.graph import Graph
-from planner.memory.liveness import outlives_step
+from planner.memory.zones import outlives_step
 
 
 @dataclass(frozen=True)

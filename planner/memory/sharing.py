@@ -1,38 +1,71 @@
-"""In-place state updates: where an updated parameter / optimizer state can reuse its input's bytes.
+"""Which values may share storage: views, in-place ops and in-place state updates.
 
-A training step reads each state tensor (weights, momenta, Adam moments, running stats) and writes
-its new value. Frameworks update in place; a functional ONNX graph instead keeps old and new value
-as separate tensors, which is one reason ONNX Runtime needs more memory than the live bytes say
-(REFERENCES.md). The new value can take over the old value's storage when:
+Every op output used to get bytes of its own. ONNX Runtime's allocation planner and PyTorch both
+do better, and so do we (issue 13):
 
-- it is written by an elementwise op (ONNX Runtime's own planner lets those write over a dying
-  input: each output element depends only on the same element of the input), with the same shape
-  and type as the state, and
-- every other reader of the old value runs before that op. We add these "read before update"
-  precedence edges for the ordering solvers; a pair is dropped when an edge would close a cycle.
+- **Views.** Reshape, Flatten, Squeeze, Unsqueeze and Identity write nothing: their output is
+  their first input's bytes under another shape (ONNX Runtime's CPU and CUDA kernels skip the
+  copy when output and input are the same address). A view always shares its source's storage,
+  whatever the order; the storage lives until the last read of any of its views.
+- **In place.** An elementwise op (`IN_PLACE_OPS`: each output element depends only on the same
+  element of each input) may write its output over an input with the same shape and dtype when
+  nothing reads that storage afterwards and the value need not survive: not a constant, not a
+  graph input other than state, not a graph output. Whether that holds depends on the schedule
+  (which reads come later, what a recomputation still needs), so planner.memory.replay decides
+  it per schedule; this module gives the static candidates.
+- **State updates.** A state input (weights, momenta, Adam moments, running stats) may be
+  written over only by its own update chain: the elementwise ops that lead from the old value to
+  the new one, each output the next op's input (`v.mul_(mu).add_(g)`, `w.sub_(lr * g)`). When
+  the whole chain runs in place the new value ends in the state's storage and needs no copy
+  between steps. Every other reader of a chain value must run before the op that overwrites it:
+  those are the "read before update" precedence edges the ordering solvers get (a pair is
+  dropped when an edge would close a cycle).
 
-State inputs are persistent: they exist before the step and, holding the new value, after it, so
-they occupy their bytes for the whole step (CalcGraph's parameter / optimizer heap zones).
+State inputs are persistent: they exist before the step and, holding the new value, after it,
+so they occupy their bytes for the whole step (CalcGraph's parameter / optimizer heap zones).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from planner.ir.graph import Graph
-from planner.ir.roles import ELEMENTWISE_OPS
+from planner.ir.graph import Graph, Tensor
+from schemas.plan import IN_PLACE_OP_TYPES, VIEW_OP_TYPES
+
+# The plan contract names the ops (schemas.plan): views write nothing (ONNX Runtime registers them
+# with an output aliasing input 0 and skips the copy when the addresses are equal); the in-place
+# ops read element i of every input before writing element i of the output (ONNX Runtime declares
+# most of them `MayInplace`; tests/runtime/test_in_place_kernels.py proves each one bit-exact with
+# the output bound on the input's bytes).
+VIEW_OPS = VIEW_OP_TYPES
+IN_PLACE_OPS = IN_PLACE_OP_TYPES
+# ONNX Runtime's CUDA Max/Min with three or more inputs (broadcast, or more than eight) zero the
+# output before accumulating into it: in place only with two inputs.
+VARIADIC_OPS = frozenset({"Max", "Min"})
 
 
 @dataclass(frozen=True)
-class StateUpdates:
+class Sharing:
+    """The static storage facts of one graph (see the module doc)."""
+
     persistent: frozenset[int]  # state input tensor ids (updated_by is set)
-    in_place: dict[int, int]  # updated output id -> state input id whose storage it reuses
-    edges: dict[int, list[int]]  # reader op -> [update op]: read the old value first
+    view_source: dict[int, int]  # view output -> the tensor whose bytes it reinterprets
+    candidates: dict[int, tuple[int, ...]]  # output -> inputs it may be written over
+    update_chains: dict[int, frozenset[int]]  # state -> the chain values that may overwrite it
+    in_place: dict[int, int]  # updated output -> its state, where the whole chain may run in
+    # place (whether it does depends on the order: planner.memory.replay)
+    edges: dict[int, list[int]]  # reader op -> [chain op]: read the old value first
+
+    def view_root(self, tensor: int) -> int:
+        """The tensor that owns the bytes a chain of views reads (itself when not a view)."""
+        while tensor in self.view_source:
+            tensor = self.view_source[tensor]
+        return tensor
 
 
-def state_updates(graph: Graph) -> StateUpdates:
+def state_updates(graph: Graph) -> Sharing:
     """The analysis of `graph` (computed once per graph: every phase asks for it)."""
     analysis = _ANALYSES.get(graph)
     if analysis is None:
@@ -40,50 +73,101 @@ def state_updates(graph: Graph) -> StateUpdates:
     return analysis
 
 
-_ANALYSES: weakref.WeakKeyDictionary[Graph, StateUpdates] = weakref.WeakKeyDictionary()
+_ANALYSES: weakref.WeakKeyDictionary[Graph, Sharing] = weakref.WeakKeyDictionary()
 
 
 def takes_over_storage(old_value_reads: Iterable[int], written_at: int) -> bool:
-    """The in-place rule in time: an updated state may be written over its old value's storage
-    only when every read of the old value comes at or before the step that writes it."""
+    """The in-place rule in time: a value may be written over a storage only when every read of
+    what the storage held comes at or before the step that writes it."""
     return all(read <= written_at for read in old_value_reads)
 
 
-def aliases_in_order(graph: Graph, order: Sequence[int]) -> dict[int, int]:
-    """Updated output -> state input, for the in-place updates that running `order` allows."""
-    position = {op: k for k, op in enumerate(order)}
-    return {
-        new: state
-        for new, state in state_updates(graph).in_place.items()
-        if takes_over_storage((position[r] for r in graph.tensors[state].consumers),
-                              position[graph.tensors[new].known_producer])
-    }
+def same_bytes(a: Tensor, b: Tensor) -> bool:
+    """Equal shape and dtype: one may be written over the other element by element."""
+    return a.shape == b.shape and a.elem_type == b.elem_type
 
 
-def _analyze(graph: Graph) -> StateUpdates:
-    new_value_of = {t.id: t.updated_by for t in graph.tensors if t.updated_by is not None}
-    persistent = frozenset(new_value_of)
+def _analyze(graph: Graph) -> Sharing:
+    tensors = graph.tensors
+    view_source: dict[int, int] = {}
+    candidates: dict[int, tuple[int, ...]] = {}
+    for op in graph.ops:
+        out = op.outputs[0] if op.outputs else None
+        if out is None:
+            continue
+        if op.op_type in VIEW_OPS and op.inputs and op.inputs[0] is not None:
+            src = op.inputs[0]
+            if tensors[src].nbytes == tensors[out].nbytes:
+                view_source[out] = src
+        elif (op.op_type in IN_PLACE_OPS and len(op.output_ids) == 1
+              and (op.op_type not in VARIADIC_OPS or len(op.inputs) <= 2)):
+            found = tuple(t for t in op.input_ids
+                          if same_bytes(tensors[t], tensors[out]) and not tensors[t].is_initializer)
+            if found:
+                candidates[out] = found
+    persistent = frozenset(t.id for t in tensors if t.updated_by is not None)
     descendants = _descendant_sets(graph)
+    views_of: dict[int, list[int]] = {}
+    for view, src in view_source.items():
+        views_of.setdefault(src, []).append(view)
+    chains: dict[int, frozenset[int]] = {}
     in_place: dict[int, int] = {}
     edges: dict[int, list[int]] = {}
-    for state_id, new_id in sorted(new_value_of.items()):
-        state = graph.tensors[state_id]
-        new = graph.tensors[new_id]
-        updater = new.producer
-        if (
-            updater is None
-            or graph.ops[updater].op_type not in ELEMENTWISE_OPS
-            or new.shape != state.shape
-            or new.elem_type != state.elem_type
-        ):
+    for state in sorted(persistent):
+        new = tensors[state].updated_by
+        assert new is not None
+        path = _update_path(graph, candidates, state, new)
+        if path is None:
             continue
-        readers = [r for r in state.consumers if r != updater]
-        if any(descendants[updater] >> r & 1 for r in readers):
+        writers = [tensors[t].known_producer for t in path[1:]]
+        pairs = [(r, w) for old, w in zip(path, writers, strict=False)
+                 for r in _storage_readers(graph, views_of, old) if r != w]
+        if any(descendants[w] >> r & 1 for r, w in pairs):
             continue  # a reader depends on the update: the old value must outlive it
-        in_place[new.id] = state_id
-        for r in readers:
-            edges.setdefault(r, []).append(updater)
-    return StateUpdates(persistent=persistent, in_place=in_place, edges=edges)
+        chains[state] = frozenset(path[1:])
+        in_place[new] = state
+        for r, w in pairs:
+            edges.setdefault(r, []).append(w)
+    return Sharing(persistent=persistent, view_source=view_source, candidates=candidates,
+                   update_chains=chains, in_place=in_place, edges=edges)
+
+
+def _storage_readers(graph: Graph, views_of: dict[int, list[int]], tensor: int) -> set[int]:
+    """The ops that read `tensor`'s bytes: its consumers and those of its views, transitively."""
+    readers: set[int] = set()
+    pending = [tensor]
+    while pending:
+        t = pending.pop()
+        readers.update(graph.tensors[t].consumers)
+        pending.extend(views_of.get(t, ()))
+    return readers
+
+
+def _update_path(graph: Graph, candidates: dict[int, tuple[int, ...]], state: int, new: int
+                 ) -> list[int] | None:
+    """The values from `state` to its update `new`, each written over the previous one by an
+    in-place candidate (shortest such path), or None when there is none."""
+    previous: dict[int, int] = {}
+    frontier = [new]
+    seen = {new}
+    while frontier and state not in previous.values():
+        nxt = []
+        for value in frontier:
+            for x in candidates.get(value, ()):
+                if x in seen:
+                    continue
+                seen.add(x)
+                previous[x] = value
+                if x == state:
+                    break
+                nxt.append(x)
+        frontier = nxt
+    if state not in previous:
+        return None
+    path = [state]
+    while path[-1] != new:
+        path.append(previous[path[-1]])
+    return path
 
 
 def _descendant_sets(graph: Graph) -> list[int]:

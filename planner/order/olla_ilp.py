@@ -7,8 +7,8 @@ Two time models share one encoding:
   level; that order's true peak never exceeds the objective, but the objective over-counts
   parallel branches, so neither it nor its bound speak for all sequential orders.
 - "sequential" (our extension): T = number of ops, exactly one op per step, span
-  [#ancestors, n - 1 - #descendants]. Every topological order is a solution and vice versa, so
-  the objective is that order's exact peak and the CP-SAT bound is a true lower bound on the
+  [#ancestors, n - 1 - #descendants]. Every topological order is a solution and vice versa; the
+  objective never exceeds that order's peak and the CP-SAT bound is a true lower bound on the
   peak of any order (unless control edges restrict the space). Bigger, so used for small graphs.
 
 Variables, per the paper:
@@ -20,8 +20,15 @@ Constraints: eq. 1 (create or preserve, not both), eq. 2 (preserve only what exi
 (create once), eq. 4 (inputs resident when an op runs), eq. 13 (bytes at each step <= peak),
 objective eq. 14 (minimize peak). Graph inputs exist before step 0; graph outputs must survive
 to the last step; constants and persistent state (planner.memory.sharing) are a fixed baseline;
-updated state written in place costs no bytes, and its "read before update" edges, like OLLA's
-control edges, are precedence constraints. A known-good order can be given as a hint.
+storage sharing (planner.memory.sharing) is modelled so that the model stays a relaxation of the
+memory model: a view costs nothing and keeps its source resident for its readers (exact); the
+values of a state's update chain cost nothing (they may sit in the state's storage); in the
+sequential model, whose bound must hold for every order, an output that may be written over one
+of its op's inputs costs nothing in the step that writes it (exact where the input does die
+there), while the levels model counts it (its objective stays above its order's true peak).
+The chains' "read before update" edges, like OLLA's control edges, are precedence constraints.
+A known-good order can be given as a hint; the true peak of the order found is measured with
+planner.memory.liveness.
 
 The model is built from a `LifetimeProblem` (ops with spans, tensors with producer, readers and
 size, a per-step baseline), so the same encoding solves the whole graph and, in
@@ -37,8 +44,8 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from planner.ir.graph import Graph
-from planner.memory.liveness import persistent_tensors
 from planner.memory.sharing import state_updates
+from planner.memory.zones import persistent_tensors
 from planner.order.heuristics import (
     levelize,
     order_by_levels,
@@ -61,6 +68,7 @@ class ProblemTensor:
     producer: int | None  # local op index; None: resident before step 0
     readers: tuple[int, ...]  # local op indices
     to_end: bool  # must stay resident through the last step
+    free_when_written: bool = False  # may be written over an input dying at its producer
 
 
 @dataclass(frozen=True)
@@ -144,15 +152,28 @@ def graph_problem(graph: Graph, control_edges: dict[int, list[int]] | None, time
     constant = 0
     tensors = []
     persistent = persistent_tensors(graph)
+    in_state = set().union(*updates.update_chains.values())
+    relaxed = time_model == "sequential"  # its bound must hold; the levels model over-counts
+    protected = persistent | {t for t in graph.inputs if t not in updates.persistent}
+    readers = {t.id: set(t.consumers) for t in graph.tensors}
+    to_end = {t.id: t.is_graph_output for t in graph.tensors}
+    for view in updates.view_source:  # a view's readers keep its source's bytes resident
+        root = updates.view_root(view)
+        readers[root] |= readers[view]
+        to_end[root] = to_end[root] or to_end[view]
     for t in graph.tensors:
         if t.id in persistent:
             constant += t.nbytes  # resident for the whole step
             continue
+        if t.id in updates.view_source:
+            continue
         tensors.append(ProblemTensor(
-            size=0 if t.id in updates.in_place else t.nbytes,  # in place: orders, costs nothing
+            size=0 if t.id in in_state else t.nbytes,
             producer=t.producer,
-            readers=t.consumers,
-            to_end=t.is_graph_output,
+            readers=tuple(sorted(readers[t.id])),
+            to_end=to_end[t.id],
+            free_when_written=relaxed and any(updates.view_root(x) not in protected
+                                              for x in updates.candidates.get(t.id, ())),
         ))
     return LifetimeProblem(
         steps=steps, asap=asap, alap=alap, one_op_per_step=time_model == "sequential",
@@ -217,7 +238,7 @@ def solve_lifetime_problem(
         preserves.append(preserve)
         if tensor.size == 0:
             continue
-        if tensor.producer is not None:
+        if tensor.producer is not None and not tensor.free_when_written:
             for t, c in create[tensor.producer].items():
                 level_terms[t].append((tensor.size, c))
         for t, p in preserve.items():

@@ -1,12 +1,12 @@
 """Turn a schedule into a `schemas.Plan`: buffers with ids and lifetimes, steps, arena layouts.
 
-A buffer is one materialization of planner.memory.replay, with its live range and storage
-sharing from there: an in-place state update becomes an alias of its state's buffer when nothing
-reads the old value after the update; otherwise it is a buffer of its own (the runtime then
+A buffer is one materialization of planner.memory.replay, with its live range and storage from
+there: a view or an in-place write names the buffer owning the bytes it sits in (schema version
+2); an updated state whose chain did not run in place is a buffer of its own (the runtime then
 copies it into the state's buffer between steps).
 
-Each device's buffers are then laid out in one arena by planner.layout; the plan reports the
-arena next to the live-bytes lower bound.
+Each device's storages (owners, over the union of their buffers' live ranges) are then laid out
+in one arena by planner.layout; the plan reports the arena next to the live-bytes lower bound.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def build_plan(
 ) -> BuiltPlan:
     walk = replay(graph, schedule)
     name = {m: _buffer_id(graph, m) for m in walk.materializations}
-    owners = [m for m in walk.materializations if m.alias_of is None]
+    owners = walk.owners
 
     layouts: dict[str, Layout] = {}
     reports = list(solvers)  # the caller's phases, then one layout report per device
@@ -115,7 +115,7 @@ def _buffer_id(graph: Graph, m: Materialization) -> str:
 
 
 def _layout_buffer(graph: Graph, walk: Replay, m: Materialization, buffer_id: str) -> Buffer:
-    first, last = walk.live_range(m)
+    first, last = walk.storage_range(m)
     whole_step = walk.holds_for_whole_step(m)
     return Buffer(id=buffer_id, lower=first, upper=last + 1,
                   size=max(graph.tensors[m.tensor].nbytes, 1),
@@ -125,13 +125,12 @@ def _layout_buffer(graph: Graph, walk: Replay, m: Materialization, buffer_id: st
 def _buffer_spec(graph: Graph, walk: Replay, m: Materialization,
                  name: dict[Materialization, str], layouts: dict[str, Layout]) -> BufferSpec:
     tensor = graph.tensors[m.tensor]
-    owner = m.alias_of or m
     whole_step = walk.holds_for_whole_step(m)
     return BufferSpec(
         id=name[m],
         tensor=tensor.name,
         device=m.device,
-        offset=layouts[m.device].offsets[name[owner]],
+        offset=layouts[m.device].offsets[name[m.owner]],
         size=tensor.nbytes,
         dtype=tensor.dtype,
         shape=list(tensor.shape),
@@ -140,7 +139,8 @@ def _buffer_spec(graph: Graph, walk: Replay, m: Materialization,
         role=tensor.role.value,
         zone=PERSISTENT if whole_step else "transient",
         preloaded=m.preloaded,
-        alias_of=name[m.alias_of] if m.alias_of is not None else None,
+        storage=name[m.owner],
+        shares=m.shares,
     )
 
 

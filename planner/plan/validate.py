@@ -10,10 +10,16 @@ its own record of which buffers are live, and checks that
 - every compute step reads buffers that hold the op's inputs, are live and are on the step's
   device, and writes fresh buffers holding the op's outputs; copies read live buffers; nothing is
   read after it was freed and nothing is freed twice;
+- storage sharing (schema version 2): every buffer's storage is a buffer owning itself on the
+  same device, and the buffer sits inside it at the declared offset; a view is written by a view
+  op reading a buffer of its storage; an in-place write is made by an elementwise op reading a
+  buffer of its storage with its shape, and nothing else in that storage is read after it, holds
+  a graph output, a constant or a data input;
 - each buffer's declared live range covers every use, and the live bytes of every device at every
   step stay within its budget and its arena;
-- no two buffers of a device overlap in both time and address (aliases share their owner's bytes),
-  every buffer lies inside the arena and the arenas fit the budgets;
+- no two storages of a device overlap in both time and address (a storage lives from the first
+  step of any of its buffers to the last of any), every storage lies inside the arena and the
+  arenas fit the budgets;
 - every graph input and constant is preloaded, every graph output (the loss, every updated
   parameter and state) is produced and live at the end.
 
@@ -27,9 +33,11 @@ from dataclasses import dataclass, field
 
 from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, check_layout
-from planner.plan.live import live_curves
+from planner.plan.live import live_curves, storage_ranges
 from schemas.plan import (
+    IN_PLACE_OP_TYPES,
     PLAN_SCHEMA_VERSION,
+    VIEW_OP_TYPES,
     BufferSpec,
     ComputeStep,
     CopyStep,
@@ -64,6 +72,7 @@ def validate_plan(graph: Graph, plan: Plan, profile: Profile | None = None) -> V
             errors.append(f"buffer id {b.id} is used twice")
         buffers[b.id] = b
         errors.extend(_check_buffer(graph, b, budgets))
+    errors.extend(_check_storage(buffers))
     if errors:
         return ValidationReport(errors)
     errors.extend(_replay(graph, plan, buffers))
@@ -88,12 +97,32 @@ def _check_buffer(graph: Graph, b: BufferSpec, budgets: Mapping[str, int]) -> li
     return problems
 
 
+def _check_storage(buffers: dict[str, BufferSpec]) -> list[str]:
+    """Each buffer sits inside a storage owned by a buffer of its device (see the module doc)."""
+    problems = []
+    for b in buffers.values():
+        owner = buffers.get(b.storage)
+        if owner is None or not owner.owns_storage:
+            problems.append(f"buffer {b.id} names storage {b.storage}, which no buffer owns")
+        elif owner.device != b.device:
+            problems.append(f"buffer {b.id} is on {b.device} but its storage {owner.id} is on "
+                            f"{owner.device}")
+        elif (b.offset != owner.offset + b.storage_offset
+              or b.storage_offset + b.size > max(owner.size, 1)):
+            problems.append(f"buffer {b.id} does not sit inside its storage {owner.id}")
+        elif b.owns_storage != (b.shares is None):
+            problems.append(f"buffer {b.id} must say how it shares storage {owner.id} "
+                            "(view or in_place) exactly when it does not own it")
+    return problems
+
+
 def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[str]:
     errors: list[str] = []
     live: set[str] = set()
     created: dict[str, int] = {}
     freed: dict[str, int] = {}
     uses: dict[str, list[int]] = {}
+    overwrites: list[tuple[int, str]] = []  # (step, buffer written over its storage)
     preloaded = {b.id for b in plan.buffers if b.preloaded}
     for b_id in preloaded:
         live.add(b_id)
@@ -133,10 +162,8 @@ def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[st
                           f"({b.tensor} on {b.device})")
         created[b_id] = step
         live.add(b_id)
-        if b.alias_of is not None:
-            # In place: the old value's storage is taken over; it must not be read again.
-            live.discard(b.alias_of)
-            freed.setdefault(b.alias_of, step)
+        if b.shares == "in_place":
+            overwrites.append((step, b_id))
 
     for step, s in enumerate(plan.steps):
         if isinstance(s, ComputeStep):
@@ -157,6 +184,7 @@ def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[st
             for t, bound in zip(op.outputs, s.outputs, strict=True):
                 if t is not None and bound is not None:
                     write(bound, step, s.device, graph.tensors[t].name)
+                    errors.extend(_check_sharing_write(graph, s, step, bound, buffers))
         elif isinstance(s, CopyStep):
             read(s.src, step, None, None)
             if s.src in buffers:
@@ -169,6 +197,7 @@ def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[st
             live.discard(s.buffer)
             freed[s.buffer] = step
 
+    errors.extend(_check_overwrites(plan, buffers, overwrites, created, uses))
     for name, b_id in plan.graph_outputs.items():
         if b_id not in live or buffers[b_id].tensor != name:
             errors.append(f"graph output {name} is not live in its buffer at the end")
@@ -184,6 +213,52 @@ def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[st
         if b.first_step > first or b.last_step < last:
             errors.append(f"buffer {b_id} is used in steps {first}..{last} but declared live "
                           f"in {b.first_step}..{b.last_step}")
+    return errors
+
+
+def _check_sharing_write(graph: Graph, s: ComputeStep, step: int, b_id: str,
+                         buffers: dict[str, BufferSpec]) -> list[str]:
+    """A view or in-place buffer is written by an op that may share and reads its storage."""
+    b = buffers.get(b_id)
+    if b is None or b.shares is None:
+        return []
+    read = [buffers[i] for i in s.inputs if i is not None and i in buffers]
+    if b.shares == "view":
+        source = buffers.get(s.inputs[0]) if s.inputs and s.inputs[0] is not None else None
+        if s.op_type not in VIEW_OP_TYPES or source is None or source.storage != b.storage:
+            return [f"step {step} ({s.op_name}) writes view {b_id}, but a {s.op_type} reading "
+                    f"{source.id if source else 'nothing'} cannot be a view of {b.storage}"]
+        return []
+    if s.op_type not in IN_PLACE_OP_TYPES or not any(
+            r.storage == b.storage and r.shape == b.shape and r.dtype == b.dtype for r in read):
+        return [f"step {step} ({s.op_name}, {s.op_type}) cannot write {b_id} in place: it must "
+                f"be an elementwise op reading a buffer of storage {b.storage} with its shape"]
+    return []
+
+
+def _check_overwrites(plan: Plan, buffers: dict[str, BufferSpec],
+                      overwrites: list[tuple[int, str]], created: dict[str, int],
+                      uses: dict[str, list[int]]) -> list[str]:
+    """Nothing written before an in-place write into the same storage is read after it, or must
+    survive it (a graph output, a constant, a data input)."""
+    errors = []
+    members: dict[str, list[BufferSpec]] = {}
+    for b in buffers.values():
+        members.setdefault(b.storage, []).append(b)
+    must_survive = set(plan.graph_outputs.values()) | set(plan.constants.values())
+    must_survive |= {b_id for name, b_id in plan.graph_inputs.items()
+                     if name not in plan.state_updates}
+    for step, b_id in overwrites:
+        for other in members[buffers[b_id].storage]:
+            if other.id == b_id or created.get(other.id, step) >= step:
+                continue
+            late = [u for u in uses.get(other.id, []) if u > step]
+            if late:
+                errors.append(f"step {step} writes {b_id} over storage {other.storage} while "
+                              f"{other.id} is still read at step {late[0]}")
+            elif other.id in must_survive:
+                errors.append(f"step {step} writes {b_id} over {other.id}, which must keep its "
+                              "value (a graph output, a constant or a data input)")
     return errors
 
 
@@ -211,19 +286,14 @@ def _check_memory(plan: Plan, buffers: dict[str, BufferSpec],
             step = curve.index(worst)
             errors.append(f"{device} holds {worst} B live at step {step}, more than its "
                           f"budget {budget} B / arena {arena} B")
-        owners = [b for b in buffers.values() if b.device == device and b.alias_of is None]
-        placed = [Buffer(b.id, b.first_step, b.last_step + 1, max(b.size, 1)) for b in owners]
+        owners = storage_ranges(b for b in buffers.values() if b.device == device)
+        placed = [Buffer(b.id, first, last + 1, max(b.size, 1)) for b, first, last in owners]
         layout = Layout(
-            offsets={b.id: b.offset for b in owners}, arena_size=arena, lower_bound=0,
+            offsets={b.id: b.offset for b, _, _ in owners}, arena_size=arena, lower_bound=0,
             status="FEASIBLE", method="plan", solve_seconds=0.0,
         )
         errors.extend(f"{device}: {v}" for v in check_layout(placed, layout,
                                                             plan.request.alignment))
-        for b in buffers.values():
-            if b.device == device and b.alias_of is not None:
-                owner = buffers.get(b.alias_of)
-                if owner is None or owner.offset != b.offset or owner.device != device:
-                    errors.append(f"alias {b.id} does not sit on its owner {b.alias_of}")
     return errors
 
 

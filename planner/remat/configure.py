@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from planner.ir.graph import Graph
+from planner.memory.sharing import state_updates
 from planner.profile.costs import CostTable
 from planner.remat.coarsen import coarse_groups
 from planner.remat.model import MemoryModel
@@ -120,6 +121,12 @@ def configure(
         Reduction("presolve", True, "fixed variables, event runs, dominated memory rows, no "
                   "recompute or copy of a resident value"),
     ]
+    sharing = state_updates(graph)
+    if sharing.view_source or sharing.candidates:
+        reductions.append(Reduction(
+            "storage sharing counted apart", False, "views and in-place writes other than "
+            "state updates are counted as bytes of their own; every schedule is replayed with "
+            "them (planner.memory.replay) before it is judged against the budgets"))
     if tighten:
         tightened = tighten_order(graph, order, set(range(len(graph.ops))) - recomputable,
                                   forward_end)

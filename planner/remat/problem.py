@@ -36,8 +36,9 @@ from typing import Literal
 
 from planner.errors import InvalidInputError
 from planner.ir.graph import Graph, Region
-from planner.memory.liveness import live_curve, persistent_tensors
-from planner.memory.sharing import aliases_in_order, state_updates
+from planner.memory.liveness import aliases_in_order
+from planner.memory.sharing import state_updates
+from planner.memory.zones import live_curve, persistent_tensors
 from planner.profile.costs import CostTable
 
 NONDETERMINISTIC_OPS = frozenset({

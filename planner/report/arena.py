@@ -1,8 +1,9 @@
 """The arena map of each device (OLLA's picture): every buffer as a rectangle, its live step range
 by its byte range in the arena, coloured by layer.
 
-In-place aliases are not drawn as rectangles of their own (they sit on their owner's bytes); the
-owner's caption names them. A plan with more than `max_rects` buffers on a device draws the
+Views and in-place writes are not drawn as rectangles of their own (they sit on their storage
+owner's bytes, which the rectangle spans for the storage's whole life); the owner's caption names
+them. A plan with more than `max_rects` buffers on a device draws the
 largest ones and says how many small ones were left out.
 """
 
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.report.index import PlanIndex, live_range
+from planner.plan.live import storage_ranges
+from planner.report.index import PlanIndex
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class ArenaRect:
     first_step: int
     last_step: int  # inclusive
     zone: str
-    aliases: list[str]  # buffers updating this one in place
+    aliases: list[str]  # buffers sharing this one's storage (views, in-place writes)
 
 
 @dataclass(frozen=True)
@@ -41,17 +43,18 @@ class ArenaMap:
 def arena_maps(index: PlanIndex, max_rects: int = 20_000) -> list[ArenaMap]:
     aliases: dict[str, list[str]] = {}
     for b in index.plan.buffers:
-        if b.alias_of is not None:
-            aliases.setdefault(b.alias_of, []).append(b.id)
+        if not b.owns_storage:
+            aliases.setdefault(b.storage, []).append(b.id)
     plans = {d.device: d for d in index.plan.devices}
     maps = []
+    end = max(0, index.n_steps - 1)
     for device in index.devices:
-        owners = index.owners(device)
-        shown = sorted(owners, key=lambda b: -b.size)[:max_rects]
-        shown.sort(key=lambda b: (b.offset, b.first_step))
+        owners = storage_ranges(index.on(device))
+        shown = sorted(owners, key=lambda o: -o[0].size)[:max_rects]
+        shown.sort(key=lambda o: (o[0].offset, o[1]))
         rects = []
-        for b in shown:
-            first, last = live_range(b, index.n_steps)
+        for b, first, last in shown:
+            first, last = min(first, end), min(last, end)
             rects.append(ArenaRect(b.id, b.tensor, index.layer(b), b.offset, b.size, first, last,
                                    b.zone, aliases.get(b.id, [])))
         plan_device = plans.get(device)

@@ -48,8 +48,12 @@ class PlanIndex:
         return layer_of_role(b.role)
 
     def owners(self, device: str) -> list[BufferSpec]:
-        """Buffers of `device` that own their bytes (aliases share their owner's)."""
-        return [b for b in self.plan.buffers if b.device == device and b.alias_of is None]
+        """Buffers of `device` that own their bytes (views and in-place writes share them)."""
+        return [b for b in self.on(device) if b.owns_storage]
+
+    def on(self, device: str) -> list[BufferSpec]:
+        """Every buffer of `device`."""
+        return [b for b in self.plan.buffers if b.device == device]
 
 
 def index_plan(plan: Plan, graph: Graph | None = None) -> PlanIndex:

@@ -42,7 +42,7 @@ def memory_curves(index: PlanIndex, max_points: int = 2000) -> list[MemoryCurve]
     arenas = {d.device: d for d in index.plan.devices}
     curves = []
     for device in index.devices:
-        per_layer = live_curves(index.owners(device), n, key=index.layer)
+        per_layer = live_curves(index.on(device), n, key=index.layer)
         layers = {name: per_layer[name] for name in LAYERS if name in per_layer}
         total = sum(layers.values(), np.zeros(n, dtype=np.int64))
         starts, shown = _representative_steps(total, max_points)

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from planner.ir.graph import Graph, Region, load_graph
-from planner.memory.liveness import outlives_step
 from planner.memory.schedule import (
     Compute,
     Copy,
@@ -33,6 +32,7 @@ from planner.memory.schedule import (
     free_after_last_read,
     home_on,
 )
+from planner.memory.zones import outlives_step
 from planner.plan.builder import build_plan
 from planner.profile.estimate import op_bytes, op_flops
 from schemas.plan import Plan, PlanRequest, SolverReport

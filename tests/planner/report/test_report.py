@@ -103,11 +103,11 @@ def test_arena_map_draws_every_buffer_inside_its_arena(remat):
     graph, plan = remat
     arenas = build_report_data(plan, graph).arenas
     for arena in arenas:
-        owners = [b for b in plan.buffers if b.device == arena.device and b.alias_of is None]
+        owners = [b for b in plan.buffers if b.device == arena.device and b.owns_storage]
         assert len(arena.rects) == len(owners) and arena.left_out == 0
         assert all(r.offset + r.size <= arena.arena_bytes for r in arena.rects)
     aliased = [r for r in arenas[0].rects if r.aliases]
-    assert aliased, "the plan's in-place updates are named on their owners"
+    assert aliased, "views and in-place writes are named on their storage owners"
     few = build_report_data(plan, graph, ReportLimits(arena_rects=10)).arenas[0]
     assert len(few.rects) == 10 and few.left_out == len(arenas[0].rects) - 10
     assert min(r.size for r in few.rects) >= max(
