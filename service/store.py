@@ -9,6 +9,13 @@ Running jobs carry an `owner` (the service instance that claimed them) and a `le
 the owner keeps pushing forward; `recover` re-queues jobs whose owner is gone. All state changes
 of a running job are conditional on the owner, so a job reclaimed from a presumed-dead instance
 is never finished twice.
+
+Several instances may share one store. On SQLite every write transaction holds the database's
+write lock from its start (BEGIN IMMEDIATE), so read-then-write is serial. On PostgreSQL the
+rows a transaction reads before changing them are locked (SELECT ... FOR UPDATE): claiming and
+recovering skip rows another instance holds (SKIP LOCKED), so instances never wait on each
+other nor take the same job, and a recovery never re-queues a job another instance has just
+claimed. The schema is kept by Alembic (`service.migrations`): opening a store upgrades it.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_column, sessionmaker
 
 from schemas.service import JobState
+from service.migrations import SchemaUpgrade, upgrade_schema
 from service.settings import sqlite_path
 
 PUBLIC_NAMESPACE = "public"
@@ -184,7 +192,7 @@ class Store:
         self._write = sessionmaker(
             bind=engine.execution_options(arenaplan_write=True), expire_on_commit=False
         )
-        Base.metadata.create_all(engine)
+        self.schema: SchemaUpgrade = upgrade_schema(engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -237,7 +245,7 @@ class Store:
     ) -> Submitted:
         now = time.time()
         with self._writing() as session:
-            row = session.get(JobRecord, plan_id)
+            row = session.get(JobRecord, plan_id, with_for_update=True)
             outcome = "existing"
             if row is None or (row.state == "failed" and row.retryable):
                 queued = session.execute(
@@ -312,29 +320,21 @@ class Store:
     # --- the worker side --------------------------------------------------------------------
 
     def claim_next(self, owner: str, lease_s: float) -> Claim | None:
-        """Take the oldest queued job, or None. Safe against other instances claiming too."""
-        for _ in range(5):
-            with self._writing() as session:
-                row = session.scalar(
-                    select(JobRecord).where(JobRecord.state == "queued")
-                    .order_by(JobRecord.created_at, JobRecord.plan_id).limit(1)
-                )
-                if row is None:
-                    return None
-                now = time.time()
-                taken = _changed_rows(
-                    session,
-                    update(JobRecord)
-                    .where(JobRecord.plan_id == row.plan_id, JobRecord.state == "queued")
-                    .values(state="running", owner=owner, lease_until=now + lease_s,
-                            started_at=now, attempts=JobRecord.attempts + 1,
-                            progress_json=None, finished_at=None)
-                    .execution_options(synchronize_session=False),
-                )
-                if taken:
-                    return Claim(row.plan_id, row.model_sha256, row.request_json,
-                                 row.attempts + 1)
-        return None
+        """Take the oldest queued job, or None. Safe against other instances claiming too: the
+        row is locked as it is read, and rows another instance is claiming are passed over."""
+        with self._writing() as session:
+            row = session.scalar(
+                select(JobRecord).where(JobRecord.state == "queued")
+                .order_by(JobRecord.created_at, JobRecord.plan_id).limit(1)
+                .with_for_update(skip_locked=True)
+            )
+            if row is None:
+                return None
+            now = time.time()
+            row.state, row.owner, row.lease_until = "running", owner, now + lease_s
+            row.started_at, row.finished_at, row.progress_json = now, None, None
+            row.attempts += 1
+            return Claim(row.plan_id, row.model_sha256, row.request_json, row.attempts)
 
     def heartbeat(self, owner: str, plan_ids: Sequence[str], lease_s: float) -> None:
         if not plan_ids:
@@ -396,13 +396,18 @@ class Store:
         """Re-queue running jobs whose instance is gone (lease expired or process dead).
 
         A job that has already been interrupted `max_attempts` times is marked failed instead,
-        so a model that takes the whole service down cannot do so forever.
+        so a model that takes the whole service down cannot do so forever. The running rows are
+        locked as they are read (those another instance holds wait for the next round), so the
+        state judged is the state changed.
         """
         now = time.time()
         requeued: list[str] = []
         failed: list[str] = []
         with self._writing() as session:
-            rows = session.scalars(select(JobRecord).where(JobRecord.state == "running")).all()
+            rows = session.scalars(
+                select(JobRecord).where(JobRecord.state == "running")
+                .with_for_update(skip_locked=True)
+            ).all()
             for row in rows:
                 expired = row.lease_until is None or row.lease_until < now
                 if not (expired or owner_is_gone(row.owner)):

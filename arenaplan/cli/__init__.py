@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "arenaplan.cli.export_cmd",
     "arenaplan.cli.run_cmd",
     "arenaplan.cli.serve_cmd",
+    "arenaplan.cli.db_cmd",
     "arenaplan.cli.plan_id_cmd",
     "arenaplan.cli.fetch_cmd",
     "arenaplan.cli.report_cmd",

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from arenaplan.cli.common import EXIT_OK
+from arenaplan.cli.db_cmd import describe_upgrade, open_store
 from arenaplan.cli.options import parse_bytes
 
 
@@ -34,29 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _check_store(database_url: str) -> None:
-    """Open the store once before serving, so a wrong --db is one clear line, not a traceback."""
-    from schemas.errors import ArenaplanError
-    from service.app import redact_url
-    from service.store import Store
-
-    try:
-        Store(database_url).close()
-    except ModuleNotFoundError as exc:
-        raise ArenaplanError(f"the database driver for {redact_url(database_url)} is not "
-                             f"installed ({exc.name}); pip install it") from None
-    except Exception as exc:  # noqa: BLE001 - SQLAlchemy/driver errors: bad URL, unreachable
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ArenaplanError(f"cannot open the store {redact_url(database_url)}: {first}; "
-                             "check --db / ARENAPLAN_DB") from None
-
-
 def run(args: argparse.Namespace) -> int:
     import logging
 
     import uvicorn
 
-    from service.app import create_app
+    from service.app import create_app, redact_url
     from service.settings import check_bind_allowed, load_settings
 
     settings = load_settings(
@@ -64,7 +48,11 @@ def run(args: argparse.Namespace) -> int:
         api_keys_file=args.api_keys_file, max_upload_bytes=args.max_upload,
     )
     check_bind_allowed(args.host, settings, args.allow_public_without_keys)
-    _check_store(settings.db)
+    store = open_store(settings.db)  # upgrades the schema; a wrong --db is one clear line
+    store.close()
+    if store.schema.changed:
+        print(f"arenaplan: {describe_upgrade(redact_url(settings.db), store.schema)}",
+              file=sys.stderr, flush=True)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = f"[{args.host}]" if ":" in args.host else args.host

@@ -1,9 +1,5 @@
-"""The service's store on a real database: the job state machine, visibility, recovery.
-
-Runs on a SQLite file always, and on PostgreSQL too when ARENAPLAN_TEST_POSTGRES_URL names a
-scratch database (its arenaplan tables are dropped; needs the psycopg driver), e.g.
-postgresql+psycopg://postgres@127.0.0.1:5432/arenaplan_test, to check that "any SQLAlchemy
-URL" holds for the queries the service makes.
+"""The service's store on real databases, a SQLite file and PostgreSQL (a private cluster, see
+`conftest.py`): the job state machine, visibility, concurrent claims, recovery.
 """
 
 from __future__ import annotations
@@ -12,32 +8,23 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from service.blobs import ModelBlobs
 from service.recovery import owner_is_gone
-from service.store import Base, QueueFullError, Store
+from service.store import QueueFullError, Store
 
-POSTGRES = os.environ.get("ARENAPLAN_TEST_POSTGRES_URL")
 SHA = "ab" * 32
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-    elif POSTGRES:
-        url = POSTGRES
-    else:
-        pytest.skip("set ARENAPLAN_TEST_POSTGRES_URL to run the store tests on PostgreSQL")
-    store = Store(url)
-    if request.param == "postgresql":  # start from empty tables
-        Base.metadata.drop_all(store.engine)
-        Base.metadata.create_all(store.engine)
+@pytest.fixture
+def store(database_url):
+    store = Store(database_url)
     yield store
-    if request.param == "postgresql":
-        Base.metadata.drop_all(store.engine)
     store.close()
 
 
@@ -131,6 +118,60 @@ def test_recovery_requeues_then_fails_interrupted_jobs(store):
     job = store.get("9" * 32, None)
     assert job.state == "failed" and job.error["error"] == "interrupted" and job.retryable
     assert job.error_status == 409
+
+
+@contextmanager
+def _another_instance_writing(url: str, *statements: str) -> Iterator[None]:
+    """Another instance in the middle of a write transaction, holding what it touched (SQLite:
+    the database's write lock; PostgreSQL: the rows), until the block ends and it commits."""
+    engine = create_engine(url)
+    connection = engine.connect()
+    if connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    for statement in statements:
+        connection.execute(text(statement))
+    try:
+        yield
+    finally:
+        connection.commit()
+        connection.close()
+        engine.dispose()
+
+
+def test_recovery_never_undoes_a_finish_in_progress(store, database_url):
+    """The owner, presumed dead, is finishing its job as another instance recovers it: the job
+    stays done (recovery judges the row as it is, never a stale copy)."""
+    plan_id = "6" * 32
+    _submit(store, plan_id)
+    store.claim_next("host/1/slow", lease_s=0.01)
+    time.sleep(0.05)  # the lease ran out
+    results: list = []
+    recovering = threading.Thread(
+        target=lambda: results.append(store.recover(lambda owner: True, max_attempts=2)))
+    finish = f"UPDATE plan_jobs SET state = 'done', plan_json = '{{}}' WHERE plan_id = '{plan_id}'"
+    with _another_instance_writing(database_url, finish):
+        recovering.start()
+        recovering.join(timeout=1.0)
+    recovering.join(timeout=30)
+    assert results and results[0].requeued == []
+    assert store.get(plan_id, None).state == "done"
+
+
+def test_a_claim_passes_over_a_job_another_instance_is_claiming(store, database_url):
+    if database_url.startswith("sqlite"):
+        pytest.skip("SQLite has one writer at a time: a claim waits, there is nothing to pass")
+    first, second = "4" * 32, "5" * 32
+    _submit(store, first)
+    _submit(store, second)
+    claims: list = []
+    claiming = threading.Thread(target=lambda: claims.append(store.claim_next("me", 30)))
+    lock = f"SELECT plan_id FROM plan_jobs WHERE plan_id = '{first}' FOR UPDATE"
+    with _another_instance_writing(database_url, lock):
+        claiming.start()
+        claiming.join(timeout=5)
+        assert claims and claims[0].plan_id == second, "the claim waited for a locked job"
+    claiming.join(timeout=30)
 
 
 def test_graceful_release_does_not_count_the_attempt(store):
