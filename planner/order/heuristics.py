@@ -1,7 +1,10 @@
-"""Fast operator orders: the file order and a memory-aware list scheduler.
+"""Fast operator orders: the file order, list schedulers and the level helpers of the OLLA model.
 
-They are the fallback when the exact ordering model times out, and the baseline it is measured
-against (the file order is what ONNX Runtime executes).
+`QUICK_ORDERS` are what planner.order.optimize always measures, in well under a second up to
+thousands of ops: the file order (what ONNX Runtime executes, the baseline) and two list
+schedulers (planner.order.list_schedule) finished by moving ops that cost nothing to move to
+right before their first use (planner.order.just_in_time). They are the answer when exact
+ordering cannot pay or runs out of time, and its warm start when it runs.
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ import heapq
 from collections.abc import Callable
 
 from planner.ir.graph import Graph
-from planner.memory.liveness import outlives_step
-from planner.memory.sharing import state_updates
+from planner.order.just_in_time import just_in_time
+from planner.order.list_schedule import eager_free_order, memory_greedy_order
 from schemas.topology import CycleError, topological_order
 
 
@@ -19,75 +22,18 @@ def file_order(graph: Graph) -> list[int]:
     return [op.id for op in graph.ops]
 
 
-def memory_greedy_order(graph: Graph) -> list[int]:
-    """List scheduling: among ready ops, run the one that grows live bytes least.
-
-    An op's growth is the bytes it allocates minus the bytes of inputs it is the last reader
-    of. Graph outputs, constants and persistent state are never freed, and a state update
-    written in place allocates nothing. Ties go to the earlier op in the file. Weight updates
-    free their gradient and so run as soon as they are ready (OLLA's "early weight update"),
-    but only after every other reader of the old state (planner.memory.sharing' edges).
-    """
-    return _list_schedule(graph, lambda growth, op_id: (growth, op_id))
+def file_just_in_time_order(graph: Graph) -> list[int]:
+    """The file order with ops moved to right before their first use where that is free."""
+    return just_in_time(graph, file_order(graph))
 
 
-def eager_free_order(graph: Graph) -> list[int]:
-    """The file order, except that a ready op which frees at least what it allocates runs first.
-
-    Keeps the exporter's (usually depth-first) structure, which pure growth-greedy scheduling
-    loses, while still pulling weight updates and other freeing ops forward.
-    """
-    return _list_schedule(graph, lambda growth, op_id: (growth > 0, growth if growth <= 0 else 0,
-                                                        op_id))
-
-
-def _list_schedule(graph: Graph, priority: Callable[[int, int], tuple]) -> list[int]:
-    """Run the ready op with the smallest `priority(growth, op_id)` until all ops ran."""
-    tensors = graph.tensors
-    updates = state_updates(graph)
-    never_freed = outlives_step(graph)
-    remaining_readers = [len(t.consumers) for t in tensors]
-    waiting_for = [0] * len(graph.ops)
-    successors: list[list[int]] = [[] for _ in graph.ops]
-    for v, ws in updates.edges.items():
-        for w in ws:
-            successors[v].append(w)
-            waiting_for[w] += 1
-    for op in graph.ops:
-        for t in op.input_ids:
-            if tensors[t].producer is not None:
-                waiting_for[op.id] += 1
-
-    allocated = [
-        sum(tensors[t].nbytes for t in op.output_ids if t not in updates.in_place)
-        for op in graph.ops
-    ]
-    freeable = [[t for t in op.input_ids if t not in never_freed] for op in graph.ops]
-
-    def priority_of(op_id: int) -> tuple:
-        freed = sum(tensors[t].nbytes for t in freeable[op_id] if remaining_readers[t] == 1)
-        return priority(allocated[op_id] - freed, op_id)
-
-    # Priorities of ready ops, refreshed only when one of their inputs gets its last reader.
-    ready = {op.id: priority_of(op.id) for op in graph.ops if waiting_for[op.id] == 0}
-    order: list[int] = []
-    while ready:
-        chosen = min(ready, key=ready.__getitem__)
-        del ready[chosen]
-        order.append(chosen)
-        op = graph.ops[chosen]
-        for t in op.input_ids:
-            remaining_readers[t] -= 1
-            if remaining_readers[t] == 1:
-                for reader in tensors[t].consumers:
-                    if reader in ready:
-                        ready[reader] = priority_of(reader)
-        released = [c for t in op.output_ids for c in tensors[t].consumers] + successors[chosen]
-        for follower in released:
-            waiting_for[follower] -= 1
-            if waiting_for[follower] == 0:
-                ready[follower] = priority_of(follower)
-    return order
+# By the name optimize_order reports; ties between equal peaks go to the first.
+QUICK_ORDERS: dict[str, Callable[[Graph], list[int]]] = {
+    "file": file_order,
+    "just_in_time": file_just_in_time_order,
+    "greedy": lambda graph: just_in_time(graph, memory_greedy_order(graph)),
+    "eager_free": lambda graph: just_in_time(graph, eager_free_order(graph)),
+}
 
 
 def levelize(graph: Graph, extra_edges: dict[int, list[int]] | None = None

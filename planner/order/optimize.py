@@ -1,17 +1,23 @@
 """Operator ordering: a topological order that keeps peak live bytes low (OLLA, lifetime half).
 
-`optimize_order` measures three fast orders with the one shared memory model
-(planner.memory.liveness): the file order (what ONNX Runtime runs), growth-greedy list
-scheduling and eager-free list scheduling. Then, within `time_limit`:
+`optimize_order` first runs the quick orders (planner.order.heuristics: the file order, which
+ONNX Runtime runs, and three list schedulers), each well under a second up to thousands of ops,
+and measures them with the one shared memory model (planner.memory.liveness). It stops there
+when exact ordering cannot pay: the best quick order meets the op-footprint lower bound, or its
+peak is within `enough_bytes` (the caller's budget: keeping everything then already fits, and a
+lower peak buys nothing). Otherwise, within `time_limit`:
 
 1. OLLA's lifetime ILP on the whole graph (planner.order.olla_ilp), warm-started from the best
-   order: the exact "sequential" time model when it is small enough to solve
-   (`exact_variable_limit` create variables), else the paper's "levels" model with §4.3's
-   control edges when that is small enough (`levels_variable_limit`), else skipped;
-2. exact re-ordering of windows around the peak (planner.order.refine) with the time left.
+   order, for `WHOLE_GRAPH_SHARE` of the time: the exact "sequential" time model when it
+   is small enough to solve (`exact_variable_limit` create variables), else the paper's
+   "levels" model with §4.3's control edges when that is small enough
+   (`levels_variable_limit`), else skipped;
+2. exact re-ordering of windows around the peak (planner.order.refine) with the time left,
+   when at least `WINDOW_FLOOR_S` is left; it stops at the lower bound or at
+   `enough_bytes`.
 
-It returns the best order, which method produced it and what the others achieved. The status is
-honest about what is proven:
+It returns the best order, which method produced it, what the others achieved and why it stopped.
+The status is honest about what is proven:
 - OPTIMAL when the order's peak equals a proven lower bound on every order's peak: the
   op-footprint bound (`order_lower_bound`) or the sequential model's CP-SAT bound (that model
   runs without control edges, so its bound covers every order that updates state in place);
@@ -22,14 +28,26 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from planner.ir.graph import Graph
 from planner.memory.liveness import lifetimes, order_lower_bound
 from planner.order.control_edges import early_update_edges
-from planner.order.heuristics import eager_free_order, file_order, levelize, memory_greedy_order
+from planner.order.heuristics import QUICK_ORDERS, levelize
 from planner.order.olla_ilp import count_variables, sequential_spans, solve_lifetimes
 from planner.order.refine import refine_order
 from schemas.plan import SolverReport, SolverStatus
+
+# How ordering splits its own limit once the quick orders are measured (the pipeline's shares
+# are in planner.time_budget, above this layer): this share for OLLA's ILP on the whole graph,
+# the rest for exact windows, which run only when at least WINDOW_FLOOR_S is left (less does not
+# even build and presolve one window's model).
+WHOLE_GRAPH_SHARE = 0.5
+WINDOW_FLOOR_S = 0.25
+
+# Why ordering stopped: only the quick orders were asked for; one met the lower bound; the best
+# order's peak is within `enough_bytes`; the exact phases ran (to a proof or the time limit).
+StopReason = Literal["quick", "bound", "enough", "searched"]
 
 
 @dataclass(frozen=True)
@@ -38,13 +56,15 @@ class OrderResult:
     peak_bytes: int
     file_order_peak_bytes: int
     lower_bound_bytes: int
-    method: str  # "file" | "greedy" | "eager_free" | "olla" | "olla_windows"
+    method: str  # a QUICK_ORDERS name | "olla" | "olla_windows"
     status: SolverStatus  # OPTIMAL | FEASIBLE (see module docstring)
     gap: float  # (peak - lower bound) / lower bound
     seconds: float
     candidates: dict[str, int] = field(default_factory=dict)  # method -> peak bytes
     solver: dict[str, object] = field(default_factory=dict)  # the CP-SAT run, as reported
     notes: tuple[str, ...] = ()
+    stopped: StopReason = "searched"
+    quick_seconds: float = 0.0  # of `seconds`, the quick orders and their peaks
 
     def report(self) -> SolverReport:
         """The order phase as the plan reports it (`Plan.solvers`)."""
@@ -62,75 +82,121 @@ def optimize_order(
     workers: int = 1,
     seed: int = 0,
     use_solver: bool = True,
+    enough_bytes: int | None = None,
+    start: OrderResult | None = None,
     exact_variable_limit: int = 6_000,
     levels_variable_limit: int = 20_000,
 ) -> OrderResult:
+    """Order `graph` (module doc). `start`: an earlier result for the same graph that stopped
+    short of exact ordering (stopped "quick" or "enough"), to go on from instead of running the
+    quick orders again."""
     started = time.perf_counter()
+    search = _Search.quick(graph) if start is None else _Search.resumed(graph, start)
+    if not use_solver:
+        return search.result("quick", started)
+    if search.peak() <= search.lower:
+        search.notes.append("a quick order meets the lower bound; exact ordering not needed")
+        return search.result("bound", started)
+    if enough_bytes is not None and search.peak() <= enough_bytes:
+        search.notes.append(f"a quick order's peak is within the {enough_bytes} B asked for; "
+                            "exact ordering skipped")
+        return search.result("enough", started)
     deadline = started + time_limit
-    lower = order_lower_bound(graph)
-    candidates = {
-        "file": file_order(graph),
-        "greedy": memory_greedy_order(graph),
-        "eager_free": eager_free_order(graph),
-    }
-    peaks = {name: lifetimes(graph, order).peak for name, order in candidates.items()}
-    notes: list[str] = []
-    solver_report: dict[str, object] = {}
+    whole_graph = _time_model(graph, exact_variable_limit, levels_variable_limit)
+    if whole_graph is None:
+        search.notes.append("graph too large for the whole-graph OLLA model; windows only")
+    else:
+        search.solve_whole_graph(whole_graph, time_limit * WHOLE_GRAPH_SHARE,
+                                 workers, seed)
+    target = max(search.lower, enough_bytes or 0)
+    remaining = deadline - time.perf_counter()
+    if search.peak() > target and remaining >= WINDOW_FLOOR_S:
+        # A window covering the whole graph is the sequential model already tried.
+        widest = len(graph.ops) - 1 if whole_graph == "sequential" else len(graph.ops)
+        refined, windows = refine_order(graph, search.best_order(), time_limit=remaining,
+                                        target=target, max_window=widest, workers=workers,
+                                        seed=seed)
+        if windows:
+            search.add("olla_windows", refined)
+            search.notes.append(f"{windows} window(s) re-ordered exactly around the peak")
+    reached = enough_bytes is not None and search.peak() <= enough_bytes
+    return search.result("enough" if reached else "searched", started)
 
-    def best_so_far() -> str:
-        return min(peaks, key=lambda name: (peaks[name], list(candidates).index(name)))
 
-    if use_solver and peaks[best_so_far()] > lower:
-        time_model = _time_model(graph, exact_variable_limit, levels_variable_limit)
-        if time_model is None:
-            notes.append("graph too large for the whole-graph OLLA model; windows only")
+@dataclass
+class _Search:
+    """The orders found so far (only the best is kept when resumed) and their peaks."""
+
+    graph: Graph
+    orders: dict[str, list[int]]
+    peaks: dict[str, int]
+    lower: int
+    quick_seconds: float
+    seconds_before: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    solver: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def quick(cls, graph: Graph) -> _Search:
+        started = time.perf_counter()
+        orders = {name: make(graph) for name, make in QUICK_ORDERS.items()}
+        peaks = {name: lifetimes(graph, order).peak for name, order in orders.items()}
+        lower = order_lower_bound(graph)
+        return cls(graph, orders, peaks, lower, time.perf_counter() - started)
+
+    @classmethod
+    def resumed(cls, graph: Graph, start: OrderResult) -> _Search:
+        return cls(graph, {start.method: list(start.order)}, dict(start.candidates),
+                   start.lower_bound_bytes, start.quick_seconds, seconds_before=start.seconds,
+                   solver=dict(start.solver))
+
+    def best(self) -> str:
+        names = list(self.peaks)
+        return min(self.orders, key=lambda name: (self.peaks[name], names.index(name)))
+
+    def best_order(self) -> list[int]:
+        return self.orders[self.best()]
+
+    def peak(self) -> int:
+        return self.peaks[self.best()]
+
+    def add(self, name: str, order: list[int]) -> None:
+        self.orders[name] = order
+        self.peaks[name] = lifetimes(self.graph, order).peak
+
+    def solve_whole_graph(self, time_model: str, time_limit: float, workers: int,
+                          seed: int) -> None:
+        """OLLA's ILP on the whole graph, warm-started from the best order (module doc, 1.)."""
+        graph = self.graph
+        edges = early_update_edges(graph) if time_model == "levels" else None
+        solution = solve_lifetimes(graph, edges, time_model=time_model, hint=self.best_order(),
+                                   time_limit=time_limit, workers=workers, seed=seed)
+        self.solver = {
+            "time_model": solution.time_model, "status": solution.status,
+            "objective": solution.objective, "bound": solution.bound,
+            "seconds": round(solution.seconds, 3), "variables": solution.variables,
+            "control_edges": len(edges or {}),
+        }
+        if time_model == "sequential":
+            self.lower = max(self.lower, solution.bound)
+        if solution.order is None:
+            self.notes.append(f"OLLA model found no solution in {time_limit:g} s "
+                              f"({solution.status})")
         else:
-            edges = early_update_edges(graph) if time_model == "levels" else None
-            solution = solve_lifetimes(
-                graph, edges, time_model=time_model, hint=candidates[best_so_far()],
-                time_limit=time_limit / 2, workers=workers, seed=seed,
-            )
-            solver_report = {
-                "time_model": solution.time_model, "status": solution.status,
-                "objective": solution.objective, "bound": solution.bound,
-                "seconds": round(solution.seconds, 3), "variables": solution.variables,
-                "control_edges": len(edges or {}),
-            }
-            if time_model == "sequential":
-                lower = max(lower, solution.bound)
-            if solution.order is None:
-                notes.append(f"OLLA model found no solution in {time_limit / 2:g} s "
-                             f"({solution.status})")
-            else:
-                candidates["olla"] = solution.order
-                peaks["olla"] = lifetimes(graph, solution.order).peak
-        remaining = deadline - time.perf_counter()
-        if peaks[best_so_far()] > lower and remaining > 0.1:
-            refined, windows = refine_order(
-                graph, candidates[best_so_far()], time_limit=remaining, workers=workers,
-                seed=seed,
-            )
-            if windows:
-                candidates["olla_windows"] = refined
-                peaks["olla_windows"] = lifetimes(graph, refined).peak
-                notes.append(f"{windows} window(s) re-ordered exactly around the peak")
-    elif use_solver:
-        notes.append("a heuristic order already meets the lower bound; solver not needed")
-    best = best_so_far()
-    peak = peaks[best]
-    return OrderResult(
-        order=tuple(candidates[best]),
-        peak_bytes=peak,
-        file_order_peak_bytes=peaks["file"],
-        lower_bound_bytes=lower,
-        method=best,
-        status="OPTIMAL" if peak <= lower else "FEASIBLE",
-        gap=(peak - lower) / lower if lower else 0.0,
-        seconds=time.perf_counter() - started,
-        candidates=peaks,
-        solver=solver_report,
-        notes=tuple(notes),
-    )
+            self.add("olla", solution.order)
+
+    def result(self, stopped: StopReason, started: float) -> OrderResult:
+        best = self.best()
+        peak, lower = self.peaks[best], self.lower
+        return OrderResult(
+            order=tuple(self.orders[best]), peak_bytes=peak,
+            file_order_peak_bytes=self.peaks["file"], lower_bound_bytes=lower, method=best,
+            status="OPTIMAL" if peak <= lower else "FEASIBLE",
+            gap=(peak - lower) / lower if lower else 0.0,
+            seconds=self.seconds_before + time.perf_counter() - started,
+            candidates=dict(self.peaks), solver=self.solver, notes=tuple(self.notes),
+            stopped=stopped, quick_seconds=self.quick_seconds,
+        )
 
 
 def _time_model(graph: Graph, exact_limit: int, levels_limit: int) -> str | None:

@@ -10,10 +10,10 @@ from onnx import ModelProto
 from planner.errors import InvalidInputError
 from planner.ir.graph import Graph, load_graph
 from planner.memory.schedule import sequential_schedule
-from planner.order import optimize_order
+from planner.order import OrderResult, optimize_order
 from planner.pipeline.fit import RematFit
 from planner.pipeline.infeasible import check_above_lower_bound
-from planner.plan.builder import build_plan
+from planner.plan.builder import BuiltPlan, build_plan
 from planner.plan.validate import validate_plan
 from planner.profile.costs import costs_from_profile
 from planner.profile.for_request import profile_for
@@ -56,26 +56,39 @@ def plan_graph(graph: Graph, request: PlanRequest, *,
 
     notify("order", {"ops": len(graph.ops)})
     quick = optimize_order(graph, use_solver=False)
-    maybe_fits = single and request.budgets[devices[0]] >= MAY_FIT * quick.peak_bytes
-    order = optimize_order(graph, time_limit=clock.order(maybe_fits), workers=request.workers,
-                           seed=request.seed)
+    budget = request.budgets[devices[0]] if single else None
+    maybe_fits = budget is not None and budget >= MAY_FIT * quick.peak_bytes
     plan_id = compute_plan_id(graph.model_sha256, request, PLANNER_VERSION)
     keep_all_arena = None
-    if single:
-        device = devices[0]
-        notify("layout", {"peak_live_bytes": order.peak_bytes})
-        built = build_plan(
-            graph, sequential_schedule(graph, order.order, device), request, plan_id=plan_id,
-            planner_version=PLANNER_VERSION, solvers=(order.report(),),
-            layout_time_limit=clock.keep_layout(maybe_fits),
-        )
+    # Ordering stops as soon as an order's peak is within the budget (keeping everything then
+    # fits but for fragmentation); only when the layout still overshoots does it go on.
+    order = optimize_order(graph, time_limit=clock.order(maybe_fits), workers=request.workers,
+                           seed=request.seed, enough_bytes=budget, start=quick)
+    if budget is not None:
+        built = _keep_everything(graph, request, order, plan_id, clock, maybe_fits, notify)
+        if built.plan.devices[0].arena_bytes > budget and order.stopped == "enough":
+            order = optimize_order(graph, time_limit=clock.order(maybe_fits),
+                                   workers=request.workers, seed=request.seed, start=order)
+            built = _keep_everything(graph, request, order, plan_id, clock, maybe_fits, notify)
         keep_all_arena = built.plan.devices[0].arena_bytes
-        if keep_all_arena <= request.budgets[device]:
+        if keep_all_arena <= budget:
             return _validated(graph, built.plan, request.profile, notify, clock)
     profile = profile_for(graph, request, notify)
     fit = RematFit(graph, request, order, costs_from_profile(profile, graph, devices), plan_id,
                    clock, keep_all_arena)
     return _validated(graph, fit.plan(notify).plan, profile, notify, clock)
+
+
+def _keep_everything(graph: Graph, request: PlanRequest, order: OrderResult, plan_id: str,
+                     clock: TimeBudget, maybe_fits: bool, notify: ProgressCallback) -> BuiltPlan:
+    """The plan that runs `order` on the one device keeping every value until its last read."""
+    device = next(iter(request.budgets))
+    notify("layout", {"peak_live_bytes": order.peak_bytes})
+    return build_plan(
+        graph, sequential_schedule(graph, order.order, device), request, plan_id=plan_id,
+        planner_version=PLANNER_VERSION, solvers=(order.report(),),
+        layout_time_limit=clock.keep_layout(maybe_fits),
+    )
 
 
 def _validated(graph: Graph, plan: Plan, profile: Profile | None, notify: ProgressCallback,

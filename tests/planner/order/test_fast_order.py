@@ -1,0 +1,151 @@
+"""Fast ordering (issue 13, item 6): quick orders that scale, the just-in-time pass, and ordering
+that stops as soon as more of it cannot pay."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from planner.ir.graph import load_graph
+from planner.memory.liveness import check_order, lifetimes
+from planner.order import optimize_order
+from planner.order.heuristics import QUICK_ORDERS, file_order
+from planner.order.just_in_time import just_in_time
+from planner.order.refine import refine_order
+from planner.order.running_bytes import RunningBytes
+from planner.pipeline import plan_model
+from schemas.plan import PlanRequest
+from tests.support.fixture_zoo import model_path
+from tests.support.onnx_builders import make_model, random_dag, tiny_momentum_step, value
+
+
+def residual_blocks(blocks: int, width: int = 16):
+    """`blocks` x (Transpose of a weight, MatMul, Relu, residual Add, Identity view): 5 ops each.
+
+    All weight transposes come first in the file, as exporters put the backward pass's weight
+    transposes in the forward pass; the Identity is a view and the Add may run in place."""
+    weights = [numpy_helper.from_array(np.zeros((width, width), np.float32), f"w{i}")
+               for i in range(blocks)]
+    nodes = [helper.make_node("Transpose", [f"w{i}"], [f"wt{i}"]) for i in range(blocks)]
+    x = "x"
+    for i in range(blocks):
+        nodes += [
+            helper.make_node("MatMul", [x, f"wt{i}"], [f"h{i}"]),
+            helper.make_node("Relu", [f"h{i}"], [f"r{i}"]),
+            helper.make_node("Add", [f"r{i}", x], [f"a{i}"]),
+            helper.make_node("Identity", [f"a{i}"], [f"x{i}"]),
+        ]
+        x = f"x{i}"
+    return make_model(nodes, [value("x", [8, width])], [value(x, [8, width])], weights)
+
+
+def small_graphs():
+    yield load_graph(tiny_momentum_step(), dims={"batch": 2})
+    yield load_graph(tiny_momentum_step(late_reader_of_w=True), dims={"batch": 2})
+    for seed in range(8):
+        yield load_graph(random_dag(seed, n_ops=30))
+    for name in ("mlp_sgd", "cnn_bn_momentum"):
+        yield load_graph(model_path(name))
+
+
+def test_running_bytes_follow_the_memory_model_step_by_step():
+    """The list schedulers' incremental bytes are the replay's, step for step, on these graphs
+    (views, in-place elementwise ops and state updates included)."""
+    for graph in small_graphs():
+        for name, make in QUICK_ORDERS.items():
+            order = make(graph)
+            check_order(graph, order)
+            running = RunningBytes(graph)
+            steps = []
+            for op in order:
+                effect = running.effect(op)
+                steps.append(running.step_bytes(effect))
+                running.run(op, effect)
+            assert steps == list(lifetimes(graph, order).live_bytes), (graph.name, name)
+            assert running.peak == max(steps)
+
+
+def test_list_schedules_run_every_other_reader_of_a_state_before_its_update():
+    graph = load_graph(tiny_momentum_step(late_reader_of_w=True), dims={"batch": 2})
+    w, w_new = graph.tensor("W"), graph.tensor("W_new")
+    for name in ("greedy", "eager_free"):
+        order = QUICK_ORDERS[name](graph)
+        assert lifetimes(graph, order).alias.get(w_new.id) == w.id, name
+
+
+def test_just_in_time_runs_weight_only_ops_right_before_their_use():
+    graph = load_graph(residual_blocks(4))
+    order = just_in_time(graph, file_order(graph))
+    check_order(graph, order)
+    uses = [graph.tensors[op.output_ids[0]].consumers[0] for op in graph.ops
+            if op.op_type == "Transpose"]
+    for i, use in enumerate(uses):  # after the previous block's MatMul, before its own
+        previous = order.index(uses[i - 1]) if i else -1
+        assert previous < order.index(graph.ops[i].id) < order.index(use)
+    assert lifetimes(graph, order).peak < lifetimes(graph, file_order(graph)).peak
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_just_in_time_never_raises_the_peak(seed):
+    graph = load_graph(random_dag(seed, n_ops=40))
+    for make in QUICK_ORDERS.values():
+        order = make(graph)
+        moved = just_in_time(graph, order)
+        check_order(graph, moved)
+        assert lifetimes(graph, moved).peak <= lifetimes(graph, order).peak
+
+
+def test_quick_orders_take_well_under_a_second_at_5000_ops():
+    graph = load_graph(residual_blocks(1000))
+    assert len(graph.ops) == 5000
+    for name, make in QUICK_ORDERS.items():
+        started = time.perf_counter()
+        check_order(graph, make(graph))
+        assert time.perf_counter() - started < 1.0, name
+
+
+def test_enough_bytes_stops_ordering_after_the_quick_orders():
+    graph = load_graph(model_path("mlp_sgd"))
+    quick = optimize_order(graph, use_solver=False)
+    assert quick.peak_bytes > quick.lower_bound_bytes  # exact ordering could still help here
+    started = time.perf_counter()
+    enough = optimize_order(graph, time_limit=30, enough_bytes=quick.peak_bytes)
+    assert time.perf_counter() - started < 5
+    assert enough.stopped == "enough" and not enough.solver
+    assert (enough.order, enough.peak_bytes) == (quick.order, quick.peak_bytes)
+    assert enough.status == "FEASIBLE" and enough.gap > 0  # honest: nothing more was proven
+    searched = optimize_order(graph, time_limit=2, enough_bytes=quick.peak_bytes - 1)
+    assert searched.stopped in {"searched", "enough"} and searched.solver
+    assert searched.peak_bytes <= quick.peak_bytes
+
+
+def test_ordering_goes_on_from_an_earlier_result():
+    graph = load_graph(model_path("cnn_bn_momentum"))
+    quick = optimize_order(graph, use_solver=False)
+    more = optimize_order(graph, time_limit=2, start=quick)
+    assert more.quick_seconds == quick.quick_seconds
+    assert more.candidates.items() >= quick.candidates.items()
+    assert more.peak_bytes == lifetimes(graph, more.order).peak <= quick.peak_bytes
+    assert more.seconds >= quick.seconds
+
+
+def test_windows_stop_at_the_target():
+    graph = load_graph(random_dag(2, n_ops=30))
+    start = file_order(graph)
+    peak = lifetimes(graph, start).peak
+    refined, windows = refine_order(graph, start, window=10, time_limit=5, target=peak)
+    assert (refined, windows) == (start, 0)
+
+
+def test_a_budget_that_fits_gets_its_plan_without_the_ordering_share():
+    """The 67-op MLP took ~9 s with a 30 s limit (0.3 of it ordering): now the quick order's
+    keep-everything plan fits and ordering stops there."""
+    request = PlanRequest(budgets={"cpu": 2**40}, time_limit_s=30)
+    started = time.perf_counter()
+    plan = plan_model(model_path("mlp_sgd"), request)
+    assert time.perf_counter() - started < 5
+    order = next(s for s in plan.solvers if s.phase == "order")
+    assert order.seconds < 2 and any("exact ordering skipped" in n for n in order.notes)
