@@ -12,6 +12,10 @@ only in memory:
   it ran). A job already interrupted `max_attempts` times is marked failed instead, with the
   reason, so a model that brings the service down cannot do so forever; resubmitting it
   queues it again.
+
+Several instances on one store (PostgreSQL) recover for one another: a job whose instance died
+is re-queued by any survivor and solved by whichever claims it first (`Store.recover` and
+`Store.claim_next` lock the rows they change, so two survivors never both take it).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ def recover_jobs(store: Store, settings: Settings,
                  is_gone: Callable[[str | None], bool]) -> Recovered:
     result = store.recover(is_gone, settings.max_attempts)
     for plan_id in result.requeued:
-        log.warning("job %s: its solver stopped with the service; re-queued", plan_id)
+        log.warning("job %s: the service instance solving it stopped; re-queued", plan_id)
     for plan_id in result.failed:
         log.warning("job %s: interrupted %d times; marked failed", plan_id,
                     settings.max_attempts)

@@ -5,7 +5,7 @@ Variables (all optional; `arenaplan serve` options override them):
 | variable | default | meaning |
 |---|---|---|
 | ARENAPLAN_DATA_DIR | $XDG_DATA_HOME/arenaplan (~/.local/share/arenaplan) | SQLite, models |
-| ARENAPLAN_DB | DATA_DIR/arenaplan.db | a SQLite file path or any SQLAlchemy URL |
+| ARENAPLAN_DB | DATA_DIR/arenaplan.db | a SQLite file, or a URL: postgresql+psycopg://U:P@H/DB |
 | ARENAPLAN_MODEL_DIR | beside the SQLite file, else DATA_DIR/models | content-addressed models |
 | ARENAPLAN_WORKERS | half the CPU cores, at least 1 | solver processes |
 | ARENAPLAN_API_KEYS | none | comma-separated keys, each `KEY` or `NAMESPACE:KEY` |

@@ -426,8 +426,8 @@ class Store:
                     failed.append(row.plan_id)
                 else:
                     row.state = "queued"
-                    row.note = (f"re-queued: interrupted by a service restart during attempt "
-                                f"{row.attempts}")
+                    row.note = (f"re-queued: interrupted, its service instance stopped during "
+                                f"attempt {row.attempts}")
                     requeued.append(row.plan_id)
                 row.owner, row.lease_until = None, None
         return Recovered(requeued, failed)

@@ -1,10 +1,10 @@
 """Jobs survive the service: killed mid-solve, restarted on the same store, nothing is lost.
 
 Real processes throughout: the server is SIGKILLed while a solver runs (a crash, no chance to
-clean up), its solver processes notice and exit, and a new server on the same SQLite file
-re-runs the interrupted job and the queued one. A job interrupted more often than the service
-retries is marked failed with the reason, and a solver process that dies or runs past its time
-limit fails its job without taking the service down.
+clean up), its solver processes notice and exit, and a new server on the same store (a SQLite
+file, a PostgreSQL database) re-runs the interrupted job and the queued one. A job interrupted
+more often than the service retries is marked failed with the reason, and a solver process
+that dies or runs past its time limit fails its job without taking the service down.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_a_killed_server_reruns_its_jobs_after_restart(tmp_path):
-    service = ServiceProcess(tmp_path, workers=1)
+def test_a_killed_server_reruns_its_jobs_after_restart(tmp_path, database_url):
+    service = ServiceProcess(tmp_path, workers=1, args=("--db", database_url))
     service.start()
     try:
         slow = submit(service.url, model_path("resnet18_narrow"),
@@ -83,15 +83,16 @@ def test_a_killed_server_reruns_its_jobs_after_restart(tmp_path):
         assert wait_for(service.url, queued_id, timeout=30).status_code == 200
         jobs = _listing(service.url)
         assert jobs[slow_id].attempts == 2
-        assert "interrupted by a service restart" in jobs[slow_id].note
+        assert "its service instance stopped" in jobs[slow_id].note
         assert jobs[queued_id].attempts == 1
     finally:
         service.stop()
 
 
 @pytest.mark.slow
-def test_a_job_interrupted_too_often_fails_with_the_reason(tmp_path):
-    service = ServiceProcess(tmp_path, workers=1, env={"ARENAPLAN_MAX_ATTEMPTS": "1"})
+def test_a_job_interrupted_too_often_fails_with_the_reason(tmp_path, database_url):
+    service = ServiceProcess(tmp_path, workers=1, env={"ARENAPLAN_MAX_ATTEMPTS": "1"},
+                             args=("--db", database_url))
     service.start()
     try:
         request = request_json(**LONG_JOB, seed=2)
