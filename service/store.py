@@ -192,7 +192,11 @@ class Store:
         self._write = sessionmaker(
             bind=engine.execution_options(arenaplan_write=True), expire_on_commit=False
         )
-        self.schema: SchemaUpgrade = upgrade_schema(engine)
+        try:
+            self.schema: SchemaUpgrade = upgrade_schema(engine)
+        except BaseException:
+            engine.dispose()  # a store refused (unknown schema, unreachable) holds no connection
+            raise
 
     def close(self) -> None:
         self.engine.dispose()
