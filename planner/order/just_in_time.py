@@ -20,11 +20,10 @@ def just_in_time(graph: Graph, order: Sequence[int]) -> list[int]:
 
     An op may move when every storage it reads is a constant or state, or is read after the new
     place anyway (by another op, a view's reader included): then moving shortens the life of
-    what it writes and lengthens nothing. Exporters compute weight transposes, casts and the
-    transposed activations of weight gradients in the forward pass, where they sit in memory
-    across the peak for nothing. Ops keep `order`'s order otherwise; a moved op runs when its
-    first successor (a reader of its outputs or a read-before-update edge) is about to, after
-    its own moved predecessors.
+    what it writes and lengthens nothing, and an in-place write by a later reader of the same
+    bytes stays possible. Ops keep `order`'s order otherwise; a moved op runs when its first
+    successor (a reader of its outputs or a read-before-update edge) is about to, after its
+    own moved predecessors. Later ops are decided first, so a chain of movable ops moves as one.
     """
     tensors = graph.tensors
     sharing = state_updates(graph)

@@ -35,7 +35,8 @@ from planner.order.olla_ilp import (
     spans_from_successors,
 )
 
-# Below this many seconds left no window model is built: it could not even be presolved.
+# Below this many seconds left no window model is built, however small: it could not even be
+# presolved.
 _WINDOW_FLOOR_S = 0.05
 
 
@@ -63,12 +64,18 @@ def refine_order(
     life = lifetimes(graph, current)
     improved = 0
     tried: set[tuple[int, int, int]] = set()
-    while life.peak > target and deadline - time.perf_counter() > _WINDOW_FLOOR_S:
+    def time_for_a_window() -> bool:
+        # Building a window's model takes about half its time cap, whatever is left: one that
+        # cannot be built in time would only overrun the limit.
+        left = deadline - time.perf_counter()
+        return left > max(_WINDOW_FLOOR_S, window_time_limit / 2)
+
+    while life.peak > target and time_for_a_window():
         progress = False
         for start, stop in _windows_at_peak(life, window, len(current)):
-            remaining = deadline - time.perf_counter()
-            if (start, stop, life.peak) in tried or remaining <= _WINDOW_FLOOR_S:
+            if (start, stop, life.peak) in tried or not time_for_a_window():
                 continue
+            remaining = deadline - time.perf_counter()
             tried.add((start, stop, life.peak))
             candidate = _solve_window(graph, current, life, start, stop,
                                       min(remaining, window_time_limit), workers, seed)
@@ -130,13 +137,16 @@ def window_problem(graph: Graph, order: Sequence[int], life: Lifetimes, start: i
     for t in graph.tensors:
         views.setdefault(sharing.view_root(t.id), []).append(t.id)
 
-    baseline = sum(graph.tensors[t].nbytes for t in persistent)
+    # Every storage takes at least a byte, as in the memory model (the arena gives every buffer
+    # an address).
+    nbytes = [max(t.nbytes, 1) for t in graph.tensors]
+    baseline = sum(nbytes[t] for t in persistent)
     tensors = []
     for root, shared in views.items():
         if root in persistent:
             continue
         tensor = graph.tensors[root]
-        size = 0 if in_place.get(root) in persistent else tensor.nbytes
+        size = 0 if in_place.get(root) in persistent else nbytes[root]
         readers = {c for t in shared for c in graph.tensors[t].consumers}
         if tensor.producer not in local and not readers & local.keys():
             # Not moved by the window: counts iff its storage is live across all of it.
@@ -154,7 +164,8 @@ def window_problem(graph: Graph, order: Sequence[int], life: Lifetimes, start: i
         ))
 
     edges: dict[int, set[int]] = {}
-    for before, after in [*_pairs(sharing.edges), *_in_place_pairs(graph, life)]:
+    for before, after in [*_pairs(sharing.edges), *_in_place_pairs(graph, life),
+                          *_pairs(view_read_edges(graph))]:
         if before in local and after in local:
             edges.setdefault(local[before], set()).add(local[after])
     successors: list[set[int]] = [set() for _ in ops]
@@ -171,6 +182,18 @@ def window_problem(graph: Graph, order: Sequence[int], life: Lifetimes, start: i
         baseline=[baseline] * steps, edges={v: sorted(ws) for v, ws in edges.items()},
     )
     return problem, ops
+
+
+def view_read_edges(graph: Graph) -> dict[int, list[int]]:
+    """Op writing a view -> the ops reading it. A view is no lifetime-problem tensor of its own
+    (it is its root's storage), so without these edges the model would lose that order."""
+    sharing = state_updates(graph)
+    edges: dict[int, list[int]] = {}
+    for view in sharing.view_source:
+        readers = graph.tensors[view].consumers
+        if readers:
+            edges.setdefault(graph.tensors[view].known_producer, []).extend(readers)
+    return edges
 
 
 def _pairs(edges: dict[int, list[int]]) -> list[tuple[int, int]]:
