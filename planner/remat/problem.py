@@ -15,6 +15,11 @@ nodes. Here:
   read (the shared memory model, planner.memory.liveness); constants and state (`persistent`)
   stay on the home device for the whole step and count against its budget (`base`); their in-place
   updates reuse their storage and cost nothing.
+- **storage sharing** (planner.memory.sharing): a view costs nothing, and its readers count as
+  readers of the bytes it views, which stay resident for them. Other in-place writes are counted
+  as bytes of their own (the model over-counts them), and a view kept while its source is
+  recomputed is not seen (it under-counts that): every schedule is replayed with the memory model
+  (planner.memory.replay) before it is judged against the budgets.
 - **home**: one designated device holds sources, constants, state and graph outputs; ops that
   write a graph output or an in-place state update are pinned there and run once.
 - **recomputation**: only ops of the forward phase (everything the order runs before the last
@@ -218,7 +223,7 @@ def build_problem(
     if recomputable is not None:
         recomputable_ops = set(recomputable) if options.recompute != "none" else set()
     grouping = _Grouping.of(graph, order, groups if groups is not None
-                            else default_groups(order))
+                            else default_groups(order), views_share=len(devices) == 1)
     values = _source_values(grouping, home)
     records = [_node_values(grouping, index, home, options.memory_unit, values,
                             recomputable_ops) for index in range(len(grouping.groups))]
@@ -249,25 +254,46 @@ def build_problem(
 
 @dataclass(frozen=True)
 class _Grouping:
-    """The ops grouped into nodes, and the in-place updates the order allows."""
+    """The ops grouped into nodes, the in-place updates the order allows, and whether views are
+    free (one device: with several, the model could place a view away from its source's bytes,
+    so views are counted as bytes of their own there)."""
 
     graph: Graph
     groups: tuple[tuple[int, ...], ...]
     node_of: Mapping[int, int]  # op id -> node id
     alias: Mapping[int, int]  # updated output -> its state (memory.sharing.aliases_in_order)
+    views_share: bool
 
     @classmethod
-    def of(cls, graph: Graph, order: Sequence[int], groups: Sequence[Sequence[int]]
-           ) -> _Grouping:
+    def of(cls, graph: Graph, order: Sequence[int], groups: Sequence[Sequence[int]], *,
+           views_share: bool) -> _Grouping:
         node_of = {op: index for index, members in enumerate(groups) for op in members}
         if sorted(node_of) != list(range(len(graph.ops))):
             raise ValueError("groups must list every op exactly once")
         return cls(graph, tuple(tuple(g) for g in groups), node_of,
-                   aliases_in_order(graph, order))
+                   aliases_in_order(graph, order), views_share)
 
     def readers(self, tensor: int) -> tuple[int, ...]:
-        """Nodes reading `tensor`, ascending."""
-        return tuple(sorted({self.node_of[c] for c in self.graph.tensors[tensor].consumers}))
+        """Nodes reading `tensor`'s bytes, ascending: its consumers and those of its views
+        (planner.memory.sharing), which keep those bytes resident."""
+        ops = set(self.graph.tensors[tensor].consumers)
+        for view in self.views_of.get(tensor, ()):
+            ops.update(self.graph.tensors[view].consumers)
+        return tuple(sorted({self.node_of[c] for c in ops}))
+
+    @cached_property
+    def views_of(self) -> dict[int, list[int]]:
+        """Tensor -> the views of its bytes, transitively (none when views are not free)."""
+        sharing = state_updates(self.graph)
+        found: dict[int, list[int]] = {}
+        for view in sharing.view_source if self.views_share else ():
+            found.setdefault(sharing.view_root(view), []).append(view)
+        return found
+
+    @cached_property
+    def views_of_any(self) -> frozenset[int]:
+        """Every tensor that is a free view."""
+        return frozenset(v for views in self.views_of.values() for v in views)
 
     def forward_end(self, order: Sequence[int], forward_end_pos: int) -> int:
         """The first node after every node holding an op of the forward phase."""
@@ -286,7 +312,7 @@ class _ValueRecord:
     kind: ValueKind
     home: str | None
     update_stage: int | None
-    free_of_charge: bool  # an in-place update: written over its state's storage
+    free_of_charge: bool  # an in-place state update or a view: sits in another value's bytes
 
 
 @dataclass
@@ -345,7 +371,8 @@ def _node_values(grouping: _Grouping, index: int, home: str, unit: int, values: 
     for op in members:
         for t in graph.ops[op].output_ids:
             outside = tuple(c for c in grouping.readers(t) if c != index)
-            if t in grouping.alias:  # written over its state's storage: no bytes of its own
+            if t in grouping.alias or (t in grouping.views_of_any and t not in outputs):
+                # written over its state's storage, or a view of other bytes: none of its own
                 exported.setdefault(("alias", outside), []).append(t)
             elif t in outputs:
                 exported.setdefault(("output", outside), []).append(t)

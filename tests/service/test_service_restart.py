@@ -131,8 +131,9 @@ def test_a_dead_or_overdue_solver_fails_its_job_and_the_service_goes_on(tmp_path
             wait_for(service.url, crash_id, until=(409,), timeout=20).text)
         assert failed.error == "worker_crashed" and "SIGKILL" in failed.detail
 
+        # a budget that needs recomputation: the solver uses its 30 s, the job limit is 4 s
         overdue = submit(service.url, model_path("resnet18_narrow"),
-                         request_json(time_limit_s=30, seed=4), wait=30)
+                         request_json(LONG_JOB["budget"], time_limit_s=30, seed=4), wait=30)
         error = ApiError.model_validate_json(overdue.text)
         assert overdue.status_code == 409 and error.error == "timeout", overdue.text[:300]
         assert "limit of 4 s" in error.detail
