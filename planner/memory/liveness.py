@@ -23,9 +23,7 @@ from planner.ir.graph import Graph
 from planner.memory.replay import replay
 from planner.memory.schedule import Compute, Schedule, home_on
 from planner.memory.sharing import state_updates
-from planner.memory.zones import live_curve as live_curve
-from planner.memory.zones import outlives_step as outlives_step
-from planner.memory.zones import persistent_tensors as persistent_tensors
+from planner.memory.zones import persistent_tensors
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ import time
 from collections.abc import Sequence
 
 from planner.ir.graph import Graph
-from planner.memory.liveness import Lifetimes, lifetimes, persistent_tensors
+from planner.memory.liveness import Lifetimes, lifetimes
 from planner.memory.sharing import state_updates
+from planner.memory.zones import persistent_tensors
 from planner.order.olla_ilp import (
     LifetimeProblem,
     ProblemTensor,
