@@ -17,6 +17,7 @@ from service.blobs import ModelBlobs
 from service.errors import install_error_handlers
 from service.jobs import JobEvents, JobRunner
 from service.metrics import RequestMetricsMiddleware, ScrapedGauge, ServiceMetrics
+from service.openapi import install_openapi
 from service.plan_bodies import PLANS_FOLDER, PlanBodies
 from service.plan_service import PlanService
 from service.routes import ops, plans
@@ -83,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(plans.router)
     app.include_router(ops.router)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    install_openapi(app)
     return app
 
 

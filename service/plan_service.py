@@ -22,6 +22,7 @@ from planner.version import PLANNER_VERSION
 from schemas.plan import canonical_request_json, compute_plan_id
 from schemas.service import PlanList, PlanProgress, PlanStatus
 from service.blobs import DamagedBlobError, ModelBlobs
+from service.device_costs import check_costs_available
 from service.errors import ApiProblem, failed_job_response, stored_error
 from service.jobs import JobEvents, JobRunner
 from service.metrics import ServiceMetrics
@@ -57,6 +58,7 @@ class PlanService:
 
     async def submit(self, upload: PlanUpload, namespace: str | None, wait_s: float | None,
                      url_of: Callable[[str], str], accept_encoding: str | None) -> Response:
+        check_costs_available(upload.request, self.settings.measure_devices)
         plan_id = compute_plan_id(upload.model_sha256, upload.request, PLANNER_VERSION)
         known = await run_in_threadpool(self.store.get, plan_id, namespace)
         if known is not None and (known.state == "done"

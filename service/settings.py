@@ -21,6 +21,7 @@ Variables (all optional; `arenaplan serve` options override them):
 | ARENAPLAN_LEASE_S | 20 | a running job whose instance stopped heart-beating is re-queued |
 | ARENAPLAN_MAX_QUEUED | 1000 | queued jobs beyond which POST /plan answers 429 |
 | ARENAPLAN_WORKER_START_TIMEOUT_S | 120 | how long a new solver process may take to start |
+| ARENAPLAN_MEASURE_DEVICES | cpu | devices solvers measure; budgets elsewhere need a profile |
 | ARENAPLAN_PLAN_CACHE_BYTES | 64 MiB | memory for recently fetched plans (0: read their files) |
 
 Names are matched without regard to case (pydantic-settings' rule); other `ARENAPLAN_*`
@@ -37,10 +38,11 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.errors import ArenaplanError
+from schemas.plan import check_device_name
 
 ENV_PREFIX = "ARENAPLAN_"
 MiB = 2**20
@@ -86,6 +88,7 @@ class Settings(BaseSettings):
     max_queued: int = Field(default=1000, ge=1)
     worker_start_timeout_s: float = Field(default=120.0, gt=0)
     plan_cache_bytes: int = Field(default=64 * MiB, ge=0)
+    measure_devices: Annotated[tuple[str, ...], NoDecode] = ("cpu",)
 
     @model_validator(mode="before")
     @classmethod
@@ -112,6 +115,13 @@ class Settings(BaseSettings):
         if keys_file:
             keys = {**keys, **read_api_keys_file(keys_file)}
         return {**values, "api_keys": keys, "api_keys_file": keys_file}
+
+    @field_validator("measure_devices", mode="before")
+    @classmethod
+    def _device_list(cls, value: Any) -> tuple[str, ...]:
+        """`cpu,cuda:0` (the variable) or a sequence; each a device name of a budget."""
+        names = value.split(",") if isinstance(value, str) else list(value)
+        return tuple(check_device_name(str(name).strip()) for name in names if str(name).strip())
 
     @property
     def auth_enabled(self) -> bool:

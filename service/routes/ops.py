@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from schemas.service import ApiError
 from service.auth import require_namespace
 from service.metrics import TEXT_FORMAT
 from service.routes.deps import MetricsDep, StoreDep
@@ -34,7 +35,8 @@ def readyz(request: Request, store: StoreDep) -> JSONResponse:
     return JSONResponse(body, status_code=200 if not problems else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics (text format)",
-            response_class=PlainTextResponse, dependencies=[Depends(require_namespace)])
+@router.get("/metrics", summary="Prometheus metrics (text format; any API key may read them)",
+            response_class=PlainTextResponse, dependencies=[Depends(require_namespace)],
+            responses={401: {"model": ApiError, "description": "missing or unknown API key"}})
 def metrics(metrics: MetricsDep) -> Response:
     return Response(metrics.render(), media_type=TEXT_FORMAT)

@@ -7,13 +7,10 @@ import hashlib
 
 import pytest
 
-from planner.ir.graph import load_graph
-from planner.profile.runner import profile_graph
-from planner.profile.timing import QUICK_POLICY
 from planner.version import PLANNER_VERSION
 from schemas.plan import PlanRequest, compute_plan_id
 from schemas.profile import Profile
-from tests.support.fixture_zoo import model_path
+from tests.support.profiles import measured_profile, scaled
 
 SHA = "a" * 64
 
@@ -21,14 +18,8 @@ SHA = "a" * 64
 @pytest.fixture(scope="module")
 def two_profiles() -> tuple[Profile, Profile]:
     """A measured profile of mlp_sgd, and the same with every cost doubled."""
-    measured = profile_graph(load_graph(model_path("mlp_sgd")), ["cpu"], policy=QUICK_POLICY,
-                             cache=None)
-    slower = measured.model_copy(update={"ops": [
-        op.model_copy(update={"costs": {device: cost.model_copy(
-            update={"median_seconds": 2 * cost.median_seconds + 1e-6})
-            for device, cost in op.costs.items()}})
-        for op in measured.ops]})
-    return measured, slower
+    measured = measured_profile("mlp_sgd")
+    return measured, scaled(measured, 2)
 
 
 def test_a_profile_in_the_request_is_part_of_the_id(two_profiles):

@@ -26,6 +26,7 @@ from tests.support.onnx_builders import (
     no_nodes,
     tiny_momentum_step,
 )
+from tests.support.profiles import measured_profile, renamed
 from tests.support.service import (
     ServiceProcess,
     cli,
@@ -277,6 +278,50 @@ def test_malformed_http_input_is_4xx(server):
     assert httpx.delete(url + f"/plans/{'f' * 32}").status_code == 405
     _error(submit(url, model, request_json(time_limit_s=MAX_TIME_LIMIT + 1)), 422,
            "invalid_request", "above this service's limit")
+
+
+def test_openapi_describes_what_is_sent(server):
+    spec = get(server.url, "/openapi.json").json()
+    budgets = spec["components"]["schemas"]["PlanRequest"]["properties"]["budgets"]
+    assert budgets["propertyNames"]["pattern"] == r"^(?:cpu(:\d+)?|cuda:\d+)$"
+    assert budgets["additionalProperties"]["minimum"] == 1
+    answers = [(path, method, status, answer) for path, operations in spec["paths"].items()
+               for method, operation in operations.items()
+               for status, answer in operation["responses"].items()]
+    unprocessable = [(p, m, a) for p, m, status, a in answers if status == "422"]
+    assert unprocessable and all(
+        a["content"]["application/json"]["schema"]["$ref"].endswith("/ApiError")
+        for _, _, a in unprocessable), unprocessable
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+    assert "401" in spec["paths"]["/metrics"]["get"]["responses"]
+    sent = get(server.url, "/plans", params={"limit": 0})  # the 422 that GET /plans sends
+    assert sent.status_code == 422
+    ApiError.model_validate(sent.json())
+
+
+@pytest.mark.parametrize("budgets", [{"cuda:0": 2**40}, {"cpu": 2**40, "cuda:0": 2**40},
+                                     {"cpu:1": 2**40, "cuda:1": 2**40}])
+def test_gpu_budgets_need_a_profile_alone_or_not(server, budgets):
+    request = PlanRequest(budgets=budgets, time_limit_s=1).model_dump_json()
+    started = time.perf_counter()
+    error = _error(submit(server.url, model_path("mlp_sgd"), request), 422, "invalid_request",
+                   "ARENAPLAN_MEASURE_DEVICES")
+    assert time.perf_counter() - started < 5  # refused on arrival, not after a solve
+    assert "profile" in error.detail and "--device cuda:" in error.detail
+    assert error.errors == [f"budgets.{d}: needs a profile with costs on {d}"
+                            for d in budgets if d.startswith("cuda")]
+
+
+def test_a_profile_must_cover_the_budgets_devices(server):
+    cpu = measured_profile("mlp_sgd")
+    lacking = PlanRequest(budgets={"cpu": 2**40, "cuda:0": 2**40}, profile=cpu)
+    _error(submit(server.url, model_path("mlp_sgd"), lacking.model_dump_json()), 422,
+           "invalid_request", "no costs on cuda:0")
+    covered = PlanRequest(budgets={"cuda:0": 2**40}, time_limit_s=1,
+                          profile=renamed(cpu, "cuda:0"))
+    answer = submit(server.url, model_path("mlp_sgd"), covered.model_dump_json())
+    assert answer.status_code == 200, answer.text[:300]
+    assert [d["device"] for d in answer.json()["devices"]] == ["cuda:0"]
 
 
 def test_oversize_uploads_are_refused_while_streaming(server):

@@ -144,3 +144,15 @@ def test_settings_are_frozen():
     with pytest.raises(ValueError):
         settings.workers = 2  # type: ignore[misc]
     assert isinstance(settings, Settings) and isinstance(settings.model_dir, Path)
+
+
+def test_measure_devices_and_plan_cache(monkeypatch):
+    settings = load_settings()
+    assert settings.measure_devices == ("cpu",) and settings.plan_cache_bytes == 64 * MiB
+    monkeypatch.setenv("ARENAPLAN_MEASURE_DEVICES", "cpu, cuda:0")
+    monkeypatch.setenv("ARENAPLAN_PLAN_CACHE_BYTES", "0")
+    settings = load_settings()
+    assert settings.measure_devices == ("cpu", "cuda:0") and settings.plan_cache_bytes == 0
+    monkeypatch.setenv("ARENAPLAN_MEASURE_DEVICES", "gpu")
+    with pytest.raises(ArenaplanError, match="ARENAPLAN_MEASURE_DEVICES: .*unknown device 'gpu'"):
+        load_settings()
