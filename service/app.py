@@ -33,6 +33,7 @@ ONNX training graph in, memory plan out.
 `PlanRequest` JSON: budgets per device, dims, time limit...). The answer is the `Plan` when it
 is ready within `?wait=` seconds, else 202 with the plan id and its URL; `GET /plans/{id}` then
 answers 200 (plan), 202 (solving, with progress), 404, or 409/422 (failed, with the reason).
+`GET /plans/{id}/status` tells where a job stands in any state, with the wall time of its solve.
 Plan ids are deterministic: `arenaplan plan-id MODEL.onnx --budget ...` computes them offline.
 
 With API keys configured, send `Authorization: Bearer <key>`; each key sees its own plans.

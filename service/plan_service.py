@@ -113,6 +113,13 @@ class PlanService:
         job = await self._visible_job(plan_id, namespace)
         return await self._answer(job, namespace, url_of(plan_id), accept_encoding)
 
+    async def status(self, plan_id: str, namespace: str | None,
+                     url_of: Callable[[str], str]) -> PlanStatus:
+        """Where a job stands, done and failed ones too: `solve_seconds` is the wall time of its
+        last run (load, profile, every solver phase, validation), whatever the solvers' own
+        reports in the plan add up to."""
+        return self.status_of(await self._visible_job(plan_id, namespace), url_of(plan_id))
+
     async def report(self, plan_id: str, namespace: str | None, url: str,
                      blobs: ModelBlobs) -> Response:
         """The plan's HTML report when it is done; otherwise the same answer as GET /plans/{id}.

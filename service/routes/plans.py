@@ -119,6 +119,23 @@ async def get_plan(
 
 
 @router.get(
+    "/plans/{plan_id}/status",
+    summary="A plan job's status in any state: times (solve_seconds: the job's wall time), "
+    "attempts, progress, error",
+    response_model=PlanStatus,
+    responses=ERRORS,
+)
+async def get_plan_status(
+    request: Request,
+    plan_id: Annotated[str, Path(description="32 hex digits")],
+    namespace: NamespaceDep,
+    plans: PlansDep,
+) -> PlanStatus:
+    _check_plan_id(plan_id)
+    return await plans.status(plan_id, namespace, _url_of(request))
+
+
+@router.get(
     "/plans/{plan_id}/report",
     summary="The plan as a self-contained HTML report (memory curves, matrices, arena map)",
     response_class=Response,

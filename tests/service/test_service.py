@@ -124,6 +124,24 @@ def test_a_stored_plan_is_served_as_stored_bytes_gzip_when_accepted(server):
     assert stored.read_bytes() == plain.content  # written once, when the job finished
 
 
+def test_the_status_reports_the_real_solve_time(server):
+    started = time.perf_counter()
+    answer = submit(server.url, model_path("cnn_bn_momentum"),
+                    request_json(time_limit_s=1, seed=14), wait=120)
+    waited = time.perf_counter() - started
+    assert answer.status_code == 200, answer.text[:300]
+    plan = Plan.model_validate_json(answer.text)
+    status = PlanStatus.model_validate_json(
+        get(server.url, f"/plans/{plan.plan_id}/status").text)
+    assert status.status == "done" and status.plan_id == plan.plan_id
+    assert status.solve_seconds is not None and status.finished_at and status.started_at
+    # the job's wall time: every solver phase and what lies between them, within the wait
+    assert sum(s.seconds for s in plan.solvers) <= status.solve_seconds <= waited
+    elapsed = (status.finished_at - status.started_at).total_seconds()
+    assert abs(elapsed - status.solve_seconds) < 0.5
+    _error(get(server.url, "/plans/" + "e" * 32 + "/status"), 404, "not_found")
+
+
 def test_the_report_of_a_plan_is_served_as_html(server):
     answer = submit(server.url, model_path("mlp_sgd"), request_json(time_limit_s=1, seed=12))
     assert answer.status_code == 200, answer.text[:300]
