@@ -3,6 +3,9 @@
 An upload is streamed into a temporary file beside the store (same file system), hashed on the
 way, and renamed into place atomically; the same bytes uploaded twice are stored once.
 
+A blob's modification time is its last upload (an upload of bytes already stored touches it):
+`service.retention` removes blobs idle longer than the retention that no job still needs.
+
 A file's name is a promise its bytes may break (a bad disk, a careless hand): a blob is checked
 against its sha256 before a job or a report reads it, and an upload of the right bytes replaces
 a stored file that no longer matches its name, so uploading the model again repairs the store.
@@ -16,6 +19,7 @@ import re
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
@@ -69,6 +73,23 @@ class ModelBlobs:
         """Raise DamagedBlobError when a stored blob's bytes do not match its name."""
         if self.exists(sha256) and not self.is_intact(sha256):
             raise DamagedBlobError(sha256)
+
+    def stored(self) -> Iterator[str]:
+        """The sha256 of every stored blob (`ab/abcdef...`; the folders beside them are not)."""
+        for folder in self.root.glob("??"):
+            for path in folder.glob(folder.name + "*"):
+                if SHA256_PATTERN.match(path.name):
+                    yield path.name
+
+    def idle_since(self, sha256: str, cutoff: float) -> bool:
+        """The blob exists and was last uploaded before `cutoff` (a time.time())."""
+        try:
+            return self.path_for(sha256).stat().st_mtime < cutoff
+        except FileNotFoundError:
+            return False
+
+    def remove(self, sha256: str) -> None:
+        self.path_for(sha256).unlink(missing_ok=True)
 
     def new_upload(self) -> BlobWriter:
         return BlobWriter(self)
@@ -141,6 +162,7 @@ class BlobWriter:
         target = self._blobs.path_for(sha256)
         if self._blobs.is_intact(sha256):
             self._path.unlink(missing_ok=True)
+            os.utime(target)  # uploaded again: its retention starts over
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(self._path, target)

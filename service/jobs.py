@@ -34,6 +34,7 @@ from service.blobs import DamagedBlobError, ModelBlobs
 from service.metrics import ServiceMetrics
 from service.plan_bodies import PlanBodies
 from service.recovery import owner_is_gone, recover_jobs
+from service.retention import ModelRetention
 from service.settings import Settings
 from service.store import Claim, Store
 from service.worker import worker_main
@@ -190,6 +191,7 @@ class JobRunner:
         self._stopping = threading.Event()
         self._wake = threading.Condition()
         self._housekeeper: threading.Thread | None = None
+        self.retention = ModelRetention(blobs, store, settings.model_retention_s)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -410,6 +412,7 @@ class JobRunner:
             try:
                 self.store.heartbeat(self.owner, self.running_plan_ids(), self.settings.lease_s)
                 self._recover()
+                self.retention.sweep_when_due()
             except Exception:  # noqa: BLE001 - keep beating; the cause is logged
                 log.exception("housekeeping failed")
 

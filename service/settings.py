@@ -22,6 +22,7 @@ Variables (all optional; `arenaplan serve` options override them):
 | ARENAPLAN_MAX_QUEUED | 1000 | queued jobs beyond which POST /plan answers 429 |
 | ARENAPLAN_WORKER_START_TIMEOUT_S | 120 | how long a new solver process may take to start |
 | ARENAPLAN_MEASURE_DEVICES | cpu | devices solvers measure; budgets elsewhere need a profile |
+| ARENAPLAN_MODEL_RETENTION_S | 30 days | models idle longer go unless a job needs them (0: keep) |
 | ARENAPLAN_PLAN_CACHE_BYTES | 64 MiB | memory for recently fetched plans (0: read their files) |
 
 Names are matched without regard to case (pydantic-settings' rule); other `ARENAPLAN_*`
@@ -88,6 +89,7 @@ class Settings(BaseSettings):
     max_queued: int = Field(default=1000, ge=1)
     worker_start_timeout_s: float = Field(default=120.0, gt=0)
     plan_cache_bytes: int = Field(default=64 * MiB, ge=0)
+    model_retention_s: float = Field(default=30 * 86400.0, ge=0)
     measure_devices: Annotated[tuple[str, ...], NoDecode] = ("cpu",)
 
     @model_validator(mode="before")
