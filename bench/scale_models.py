@@ -34,6 +34,16 @@ def _generator():
     return module
 
 
+def export_cached(fixture) -> Path:
+    """bench/models/NAME.onnx (with NAME.inputs.npz and NAME.json beside it) for a generator
+    fixture, exported and checked against torch first if missing."""
+    path = MODELS / f"{fixture.name}.onnx"
+    if not path.exists():
+        MODELS.mkdir(parents=True, exist_ok=True)
+        _generator().generate(fixture, MODELS, tolerance=EXPORT_TOLERANCE)
+    return path
+
+
 def scale_model_path(name: str) -> Path:
     """bench/models/NAME.onnx, exported first if missing (takes a couple of minutes)."""
     path = MODELS / f"{name}.onnx"
@@ -50,6 +60,4 @@ def scale_model_path(name: str) -> Path:
                           f"stem) at base width {width}, {batch}x3x32x32 input, cross entropy, "
                           "SGD momentum 0.9", build,
                           gen.OptimizerSpec("momentum", lr=0.05, momentum=0.9))
-    MODELS.mkdir(parents=True, exist_ok=True)
-    gen.generate(fixture, MODELS, tolerance=EXPORT_TOLERANCE)
-    return path
+    return export_cached(fixture)
