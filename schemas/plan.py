@@ -81,10 +81,13 @@ class PlanRequest(BaseModel):
     objective: Literal["time"] = Field(
         default="time", description="minimize the predicted step time within the budgets"
     )
-    time_limit_s: float = Field(default=30.0, gt=0, le=3600, description="solver time limit")
-    workers: int = Field(default=1, ge=1, le=64, description="CP-SAT worker threads")
-    seed: int = Field(default=0, ge=0, lt=2**31, description="CP-SAT random seed (int32)")
-    alignment: int = Field(default=64, ge=1, le=4096, description="byte alignment of offsets")
+    time_limit_s: float = Field(default=30.0, gt=0, le=3600, strict=True,
+                                description="solver time limit")
+    workers: int = Field(default=1, ge=1, le=64, strict=True, description="CP-SAT worker threads")
+    seed: int = Field(default=0, ge=0, lt=2**31, strict=True,
+                      description="CP-SAT random seed (int32)")
+    alignment: int = Field(default=64, ge=1, le=4096, strict=True,
+                           description="byte alignment of offsets")
     profile: Profile | None = Field(
         default=None, description="per-op costs measured elsewhere (arenaplan profile -o)"
     )

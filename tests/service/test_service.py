@@ -262,6 +262,8 @@ def test_models_the_planner_cannot_read_are_a_final_422(server, model, phrase):
     # issue 15, F5 and F6: each used to be accepted, then failed as "a bug" (409) or planned
     ('{"budgets": {"cuda:0\\n": 1000}}', "unknown device 'cuda:0\\n'"),
     ('{"budgets": {"cpu": true}}', "valid integer"),
+    ('{"budgets": {"cpu": 1000}, "alignment": true}', "valid integer"),  # schemathesis
+    ('{"budgets": {"cpu": 1000}, "time_limit_s": true}', "valid number"),
     ('{"budgets": {"cpu": 1000}, "seed": 2147483648}', "less than 2147483648"),
     ('{"budgets": {"cpu": 1000}, "dims": {"batch": 9223372036854775808}}', "less than"),
 ])
