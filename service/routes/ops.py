@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 
 from schemas.service import ApiError
 from service.auth import require_namespace
@@ -36,7 +36,9 @@ def readyz(request: Request, store: StoreDep) -> JSONResponse:
 
 
 @router.get("/metrics", summary="Prometheus metrics (text format; any API key may read them)",
-            response_class=PlainTextResponse, dependencies=[Depends(require_namespace)],
-            responses={401: {"model": ApiError, "description": "missing or unknown API key"}})
+            response_class=Response, dependencies=[Depends(require_namespace)],
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                             "description": "the metrics in Prometheus' text format"},
+                       401: {"model": ApiError, "description": "missing or unknown API key"}})
 def metrics(metrics: MetricsDep) -> Response:
     return Response(metrics.render(), media_type=TEXT_FORMAT)

@@ -49,6 +49,11 @@ MULTIPART_BODY = {
 }
 
 
+# Documented, not enforced by FastAPI: an id of another shape is a 404 saying what ids look like
+# (`_check_plan_id`), not a 422.
+PLAN_ID_SCHEMA = {"pattern": "^[0-9a-f]{32}$"}
+
+
 def _check_plan_id(plan_id: str) -> None:
     if not plan_id.isascii() or len(plan_id) != 32 or not all(
             c in "0123456789abcdef" for c in plan_id):
@@ -109,7 +114,9 @@ def _while_solving(done: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
 )
 async def get_plan(
     request: Request,
-    plan_id: Annotated[str, Path(description="32 hex digits (`arenaplan plan-id` computes it)")],
+    plan_id: Annotated[str, Path(
+        description="32 hex digits (`arenaplan plan-id` computes it)",
+        json_schema_extra=PLAN_ID_SCHEMA)],
     namespace: NamespaceDep,
     plans: PlansDep,
 ) -> Response:
@@ -127,7 +134,7 @@ async def get_plan(
 )
 async def get_plan_status(
     request: Request,
-    plan_id: Annotated[str, Path(description="32 hex digits")],
+    plan_id: Annotated[str, Path(description="32 hex digits", json_schema_extra=PLAN_ID_SCHEMA)],
     namespace: NamespaceDep,
     plans: PlansDep,
 ) -> PlanStatus:
@@ -143,7 +150,7 @@ async def get_plan_status(
 )
 async def get_plan_report(
     request: Request,
-    plan_id: Annotated[str, Path(description="32 hex digits")],
+    plan_id: Annotated[str, Path(description="32 hex digits", json_schema_extra=PLAN_ID_SCHEMA)],
     namespace: NamespaceDep,
     plans: PlansDep,
     blobs: BlobsDep,
