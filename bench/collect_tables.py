@@ -22,6 +22,8 @@ SECTIONS = {
     "remat": "Rematerialization: budget vs predicted overhead, ours vs baselines (issue 4)",
     "runtime": "Runtime: arena vs ONNX Runtime memory, step time (issue 6)",
     "service": "Service: concurrent requests, cached-plan latency (issues 7 and 15)",
+    "memory": "Memory: keep-everything arena vs PyTorch eager and ONNX Runtime, before and "
+              "after views and in-place writes (issue 13)",
 }
 
 # Tables a bench writes besides its results.md: (title, table relative to bench/, runner module).

@@ -34,13 +34,13 @@ def _generator():
     return module
 
 
-def export_cached(fixture) -> Path:
+def export_cached(fixture, tolerance: float = EXPORT_TOLERANCE) -> Path:
     """bench/models/NAME.onnx (with NAME.inputs.npz and NAME.json beside it) for a generator
-    fixture, exported and checked against torch first if missing."""
+    fixture, exported and checked against torch (within `tolerance`) first if missing."""
     path = MODELS / f"{fixture.name}.onnx"
     if not path.exists():
         MODELS.mkdir(parents=True, exist_ok=True)
-        _generator().generate(fixture, MODELS, tolerance=EXPORT_TOLERANCE)
+        _generator().generate(fixture, MODELS, tolerance=tolerance)
     return path
 
 

@@ -1,7 +1,7 @@
 """Memory benchmark (issue 13): the keep-everything arena vs PyTorch eager and ONNX Runtime.
 
     .venv/bin/python -m bench.memory.run_memory_bench [--models NAME ...] [--skip-min-budget]
-        [--min-budget-time-limit 120] [--time-limit 30] [--runs 3] [--remeasure]
+        [--min-budget-time-limit 60] [--time-limit 30] [--runs 3] [--remeasure]
 
 For every fixture of the zoo and every bench-scale case of bench.memory.models (exported into
 bench/models/ on first use, not committed), one model at a time:
@@ -160,7 +160,7 @@ def main() -> int:
     parser.add_argument("--models", nargs="*", default=[*fixture_names(), *SCALE_CASES])
     parser.add_argument("--time-limit", type=float, default=30.0,
                         help="time limit of the keep-everything plans (arenaplan plan's default)")
-    parser.add_argument("--min-budget-time-limit", type=float, default=120.0)
+    parser.add_argument("--min-budget-time-limit", type=float, default=60.0)
     parser.add_argument("--skip-min-budget", action="store_true")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--remeasure", action="store_true",
