@@ -15,6 +15,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 JobState = Literal["queued", "running", "done", "failed"]
+# Where a done plan's per-op costs came from: the request's profile, one the service measured
+# (GET /plans/{id}/profile serves it), or none (keeping every value fit the budget).
+ProfileSource = Literal["supplied", "measured", "none"]
 
 ErrorCode = Literal[
     "bad_request",  # malformed HTTP input: not multipart, missing or duplicate fields
@@ -89,6 +92,12 @@ class PlanStatus(BaseModel):
     solve_seconds: float | None = Field(default=None, description="wall time of the solve")
     note: str | None = Field(default=None, description="e.g. re-queued after a restart")
     error: ApiError | None = Field(default=None, description="why it failed (status failed)")
+    profile: ProfileSource | None = Field(
+        default=None, description="where the plan's per-op costs came from, once it is done "
+        "(GET /plans/{id}/status; null while solving and in listings): 'supplied' in the "
+        "request, 'measured' by the service (GET /plans/{id}/profile serves that profile), "
+        "or 'none' needed (keeping every value fits the budget)",
+    )
 
 
 class PlanList(BaseModel):

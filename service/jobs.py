@@ -319,13 +319,38 @@ class JobRunner:
             if kind == "progress":
                 self._progress(slot, claim, message[1], message[2])
             elif kind == "done":
-                self._finish(slot, claim, plan_json=message[1])
+                error = self._keep_profile(claim, message[2])
+                if error is not None:
+                    self._finish(slot, claim, error=error)
+                else:
+                    self._finish(slot, claim, plan_json=message[1])
                 return
             elif kind == "failed":
                 if message[1].get("error") == "invalid_model" and self._model_damaged(slot, claim):
                     return  # damaged while the solver read it: not the user's model at fault
                 self._finish(slot, claim, error=message[1])
                 return
+
+    def _keep_profile(self, claim: Claim, profile_json: str | None) -> dict | None:
+        """Store the profile the solver measured for this plan before the plan itself, so that
+        a done plan always has its costs beside it; the job's error when it cannot be stored.
+
+        A job that another instance finished meanwhile (it re-ran this one after our lease
+        expired) keeps that instance's profile: it is not overwritten, and its finish wins.
+        """
+        if profile_json is None:
+            return None
+        current = self.store.get(claim.plan_id, None)
+        if current is not None and current.state == "done":
+            return None  # store.finish will not record ours either
+        try:
+            self.bodies.write_profile(claim.plan_id, profile_json)
+        except OSError as exc:
+            log.exception("job %s: cannot store its measured profile", claim.plan_id)
+            return {"error": "planner_error", "status": 409, "retryable": True,
+                    "detail": f"the service cannot store the profile it measured for this plan "
+                    f"({exc.strerror or exc}); resubmit to plan again, or send a profile"}
+        return None
 
     def _model_damaged(self, slot: Slot, claim: Claim) -> bool:
         """Fail the job retryably when its stored model does not match its sha256 (True).

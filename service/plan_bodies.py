@@ -14,6 +14,10 @@ deleted, `forget` must be called with them.
 
 The files are a copy of the store's plan JSON: one that is missing or does not read back as this
 plan (lost, cut short, damaged) is rebuilt from the store, never served.
+
+Beside them, `<plan_id>.profile.json` is the profile a plan was made with when the solver
+measured it (a request without a profile): the one record of those costs, kept with the plan
+since the plan id names the request, not the measurement (`service.plan_profiles`).
 """
 
 from __future__ import annotations
@@ -96,6 +100,9 @@ class PlanBodies:
         folder = self.root / plan_id[:2]
         return folder / f"{plan_id}.json", folder / f"{plan_id}.json.gz"
 
+    def profile_path(self, plan_id: str) -> Path:
+        return self.root / plan_id[:2] / f"{plan_id}.profile.json"
+
     # --- memory -----------------------------------------------------------------------------
 
     def recall(self, plan_id: str, namespace: str | None) -> PlanBody | None:
@@ -136,17 +143,24 @@ class PlanBodies:
         """Encode a finished plan and write its two files (atomically: temp file, rename)."""
         body = PlanBody.encode(plan_json)
         json_path, gzip_path = self.paths(plan_id)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        for path, data in ((json_path, body.plan_json), (gzip_path, body.plan_gzip)):
-            fd, temporary = tempfile.mkstemp(prefix=".write-", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as file:
-                    file.write(data)
-                os.replace(temporary, path)
-            except BaseException:
-                Path(temporary).unlink(missing_ok=True)
-                raise
+        _write_atomically(json_path, body.plan_json)
+        _write_atomically(gzip_path, body.plan_gzip)
         return body
+
+    def write_profile(self, plan_id: str, profile_json: str) -> None:
+        """Keep the profile the solver measured for this plan (atomically, like the plan)."""
+        _write_atomically(self.profile_path(plan_id), profile_json.encode())
+
+    def read_profile(self, plan_id: str, model_sha256: str) -> bytes | None:
+        """The stored profile's JSON when its file is there and reads back as a profile of the
+        plan's model (a file cut short or damaged is never served); else None."""
+        try:
+            data = self.profile_path(plan_id).read_bytes()
+            if json.loads(data).get("model_sha256") != model_sha256:
+                return None
+        except (OSError, ValueError, AttributeError):
+            return None
+        return data
 
     def read(self, plan_id: str) -> PlanBody | None:
         """The plan's files, when both are there and read back as this plan; else None."""
@@ -176,3 +190,17 @@ class PlanBodies:
             log.warning("plan %s: cannot write its files (%s); serving it from the store",
                         plan_id, exc)
             return PlanBody.encode(plan_json)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader (of
+    this or another instance sharing the folder) sees the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=".write-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -27,6 +27,7 @@ from service.errors import ApiProblem, failed_job_response, stored_error
 from service.jobs import JobEvents, JobRunner
 from service.metrics import ServiceMetrics
 from service.plan_bodies import PlanBodies
+from service.plan_profiles import profile_source, stored_profile_response
 from service.report_view import render_stored_report
 from service.settings import Settings
 from service.store import JobView, QueueFullError, Store
@@ -118,7 +119,18 @@ class PlanService:
         """Where a job stands, done and failed ones too: `solve_seconds` is the wall time of its
         last run (load, profile, every solver phase, validation), whatever the solvers' own
         reports in the plan add up to."""
-        return self.status_of(await self._visible_job(plan_id, namespace), url_of(plan_id))
+        job = await self._visible_job(plan_id, namespace)
+        status = self.status_of(job, url_of(plan_id))
+        if job.state == "done":
+            status.profile = await run_in_threadpool(
+                profile_source, self.bodies, job, lambda: self.store.plan_json(plan_id))
+        return status
+
+    async def profile(self, plan_id: str, namespace: str | None) -> Response:
+        """The profile the service measured for a done plan (`service.plan_profiles`)."""
+        job = await self._visible_job(plan_id, namespace)
+        return await run_in_threadpool(stored_profile_response, self.bodies, job,
+                                       lambda: self.store.plan_json(plan_id))
 
     async def report(self, plan_id: str, namespace: str | None, url: str,
                      blobs: ModelBlobs) -> Response:

@@ -1,4 +1,4 @@
-"""The solver process: receives jobs over a pipe, runs `planner.pipeline.plan_model`, answers.
+"""The solver process: receives jobs over a pipe, runs the planner (`plan_model_costed`), answers.
 
 It runs in its own process (spawned, never forked from the threaded server) so a solve never
 blocks the API, can be killed at its time limit, and a crash takes down only itself. Messages
@@ -6,7 +6,9 @@ blocks the API, can be killed at its time limit, and a crash takes down only its
 
 - parent -> worker: `("job", plan_id, model_path, request_json)`
 - worker -> parent: `("ready", pid)` once the planner is imported; `("progress", phase, info)`
-  as the planner reports; then `("done", plan_json)` or `("failed", error_dict)`.
+  as the planner reports; then `("done", plan_json, profile_json)` or `("failed", error_dict)`.
+  `profile_json` is the profile the planner measured for the plan (the request had none, and the
+  plan needed costs), else None: the service keeps it beside the plan (`service.plan_profiles`).
 
 `error_dict` has `error`, `detail`, `status` (422 input, 409 no plan), `retryable` and, for an
 infeasible budget, `smallest_feasible_bytes` / `is_lower_bound`.
@@ -26,7 +28,8 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the planner is imported in the solver process only, once it has started
-    from schemas.plan import Plan, PlanRequest
+    from planner.pipeline.orchestrate import Costed
+    from schemas.plan import PlanRequest
 
 PARENT_POLL_S = 1.0
 
@@ -39,7 +42,8 @@ def worker_main(conn: Connection) -> None:
         os.nice(5)  # the API process keeps priority over solvers on a shared machine
     except OSError:
         pass
-    from planner.pipeline import plan_model  # heavy imports once, before saying ready
+    # heavy imports once, before saying ready
+    from planner.pipeline.orchestrate import plan_model_costed
     from schemas.plan import PlanRequest
 
     conn.send(("ready", os.getpid()))
@@ -51,10 +55,11 @@ def worker_main(conn: Connection) -> None:
         if message[0] == "stop":
             return
         _, plan_id, model_path, request_json = message
-        conn.send(_solve(plan_model, PlanRequest, conn, plan_id, model_path, request_json))
+        conn.send(_solve(plan_model_costed, PlanRequest, conn, plan_id, model_path,
+                         request_json))
 
 
-def _solve(plan_model: Callable[..., Plan], request_type: type[PlanRequest], conn: Connection,
+def _solve(plan_model: Callable[..., Costed], request_type: type[PlanRequest], conn: Connection,
            plan_id: str, model_path: str, request_json: str) -> tuple:
     lock = threading.Lock()  # solvers may report from their own threads
 
@@ -70,14 +75,16 @@ def _solve(plan_model: Callable[..., Plan], request_type: type[PlanRequest], con
                 "detail": "the uploaded model is missing from the service's model store; "
                 "upload it again",
             })
-        plan = plan_model(model_path, request, progress=progress)
+        costed = plan_model(model_path, request, progress=progress)
+        plan, profile = costed.plan, costed.measured_profile
         if plan.plan_id != plan_id:
             return ("failed", {
                 "error": "planner_error", "status": 409, "retryable": True, "plan_id": plan_id,
                 "detail": f"the planner made plan {plan.plan_id} for job {plan_id}: the stored "
                 "model does not match its hash; upload it again",
             })
-        return ("done", plan.model_dump_json())
+        return ("done", plan.model_dump_json(),
+                None if profile is None else profile.model_dump_json())
     except Exception as exc:  # noqa: BLE001 - every failure becomes a job error
         return ("failed", classify_error(exc, plan_id))
 

@@ -1,8 +1,14 @@
-"""`plan_model` / `plan_graph`: the phases of planner.pipeline, in order, on one time budget."""
+"""`plan_model` / `plan_graph`: the phases of planner.pipeline, in order, on one time budget.
+
+`plan_model_costed` / `plan_graph_costed` also return the profile the planner measured itself
+(for a request without one), so that a caller which keeps plans (the service) can keep the costs
+a plan was made with beside it: the plan id covers the request, not a measurement made later.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from onnx import ModelProto
@@ -33,20 +39,47 @@ class PlanValidationError(RuntimeError):
     """The planner produced a plan its own validator rejects: a bug, reported as such."""
 
 
+@dataclass(frozen=True)
+class Costed:
+    """A plan, and the profile the planner measured for it when the request carried none.
+
+    `measured_profile` is None when the request brought its own profile (the plan was made with
+    that one) and when no costs were needed (keeping every value fit the one budget). Planning
+    again with `request.profile = measured_profile` makes the same decisions on the same costs.
+    """
+
+    plan: Plan
+    measured_profile: Profile | None
+
+
 def plan_model(
     model: str | Path | bytes | ModelProto,
     request: PlanRequest,
     *,
     progress: ProgressCallback | None = None,
 ) -> Plan:
+    return plan_model_costed(model, request, progress=progress).plan
+
+
+def plan_model_costed(
+    model: str | Path | bytes | ModelProto,
+    request: PlanRequest,
+    *,
+    progress: ProgressCallback | None = None,
+) -> Costed:
     notify = progress or (lambda phase, info: None)
     notify("load", {})
     graph = load_graph(model, dims=request.dims)
-    return plan_graph(graph, request, progress=progress)
+    return plan_graph_costed(graph, request, progress=progress)
 
 
 def plan_graph(graph: Graph, request: PlanRequest, *,
                progress: ProgressCallback | None = None) -> Plan:
+    return plan_graph_costed(graph, request, progress=progress).plan
+
+
+def plan_graph_costed(graph: Graph, request: PlanRequest, *,
+                      progress: ProgressCallback | None = None) -> Costed:
     clock = TimeBudget(request.time_limit_s)
     notify = progress or (lambda phase, info: None)
     _check_profile(graph, request)
@@ -72,11 +105,12 @@ def plan_graph(graph: Graph, request: PlanRequest, *,
             built = _keep_everything(graph, request, order, plan_id, clock, maybe_fits, notify)
         keep_all_arena = built.plan.devices[0].arena_bytes
         if keep_all_arena <= budget:
-            return _validated(graph, built.plan, request.profile, notify, clock)
+            return Costed(_validated(graph, built.plan, request.profile, notify, clock), None)
     profile = profile_for(graph, request, notify)
     fit = RematFit(graph, request, order, costs_from_profile(profile, graph, devices), plan_id,
                    clock, keep_all_arena)
-    return _validated(graph, fit.plan(notify).plan, profile, notify, clock)
+    plan = _validated(graph, fit.plan(notify).plan, profile, notify, clock)
+    return Costed(plan, profile if request.profile is None else None)
 
 
 def _keep_everything(graph: Graph, request: PlanRequest, order: OrderResult, plan_id: str,

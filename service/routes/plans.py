@@ -1,4 +1,4 @@
-"""`POST /plan`, `GET /plans/{id}`, `GET /plans`."""
+"""`POST /plan`, `GET /plans/{id}` (and its status, report, profile), `GET /plans`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from schemas.plan import Plan
+from schemas.profile import Profile
 from schemas.service import ApiError, PlanList, PlanStatus
 from service.auth import NamespaceDep, SettingsDep
 from service.errors import ApiProblem
@@ -140,6 +141,28 @@ async def get_plan_status(
 ) -> PlanStatus:
     _check_plan_id(plan_id)
     return await plans.status(plan_id, namespace, _url_of(request))
+
+
+@router.get(
+    "/plans/{plan_id}/profile",
+    summary="The profile a plan was made with when the service measured it (the request had "
+    "none): plan again with it, or send it, to pin those costs",
+    response_class=Response,
+    responses={
+        200: {"model": Profile, "description": "the measured profile"},
+        401: ERRORS[401],
+        404: {"model": ApiError, "description": "no such plan visible to this key, not done, "
+              "or no measured profile: the request carried its own, or none was needed (the "
+              "detail says which)"},
+    },
+)
+async def get_plan_profile(
+    plan_id: Annotated[str, Path(description="32 hex digits", json_schema_extra=PLAN_ID_SCHEMA)],
+    namespace: NamespaceDep,
+    plans: PlansDep,
+) -> Response:
+    _check_plan_id(plan_id)
+    return await plans.profile(plan_id, namespace)
 
 
 @router.get(
