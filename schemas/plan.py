@@ -122,20 +122,12 @@ def canonical_request_json(request: PlanRequest) -> str:
     return json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
 
-def compute_plan_id(model_sha256: str, request: PlanRequest, planner_version: str,
-                    profile_sha256: str | None = None) -> str:
-    """Deterministic plan id: hash of everything that determines the plan.
-
-    That is the model's sha256, the canonical request (a profile the request carries is in it,
-    every cost of it), the planner version and, for a request without a profile that was
-    planned with one measured at plan time, `profile_sha256`: the sha256 of that profile's
-    canonical JSON (two measurements differ, and so do their plans).
-    """
-    if profile_sha256 is not None and request.profile is not None:
-        raise ValueError("the request carries its profile: its content is already in the id")
+def compute_plan_id(model_sha256: str, request: PlanRequest, planner_version: str) -> str:
+    """Deterministic plan id: hash of the model's sha256, the canonical request (a profile the
+    request carries is in it, every cost of it) and the planner version. A profile measured at
+    plan time is not in the id: the service stores it with the plan (GET /plans/{id}/profile),
+    so the id names the first plan made for a request; send a profile to pin the costs."""
     text = f"{model_sha256}\n{canonical_request_json(request)}\n{planner_version}"
-    if profile_sha256 is not None:
-        text += f"\nmeasured profile {profile_sha256}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
