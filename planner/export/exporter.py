@@ -3,8 +3,9 @@
 Steps: prepare a private copy of the module (training mode, in-place activations off; dropout
 stays, its masks are drawn inside the graph by seeded random ops, planner.export.randomness),
 run it once eagerly to learn which buffers the forward pass mutates and that the loss is a
-scalar, trace the functional training step (planner.export.trace), export
-and clean the ONNX graph (planner.export.onnx_graph), then verify it against an eager torch step
+scalar, trace the functional training step (planner.export.trace), export and clean the ONNX
+graph (planner.export.onnx_graph), fold 2-D transposes into the matrix products that read or
+make them (planner.export.transposes), then verify it against an eager torch step
 (planner.export.verify).
 """
 
@@ -144,6 +145,7 @@ def export_training_graph(
     from planner.export.optimizers import initial_state
     from planner.export.randomness import seed_random_nodes
     from planner.export.trace import build_step, make_layout, trace_step
+    from planner.export.transposes import fold_transposes
     from planner.export.unsupported import missing_ops_message, short_reason, untranslatable_ops
     from planner.export.verify import compare_with_torch
 
@@ -202,6 +204,8 @@ def export_training_graph(
     proto.graph.name = type(model).__name__
     seed_random_nodes(proto)
     proto = onnx_graph.finalize(proto)
+    if fold_transposes(proto):
+        proto = onnx_graph.finalize(proto)
 
     comparison = compare_with_torch(proto, work, loss_fn, optimizer, layout, feeds)
     result = ExportResult(
