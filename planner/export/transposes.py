@@ -43,7 +43,12 @@ def _attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
 
 
 class _Index:
-    """Producers, readers (node positions), ranks and element types of a flat graph's values."""
+    """Producers, readers (node positions), ranks and element types of a flat graph's values.
+
+    Rules change nodes in place and never add, remove or rename outputs, so producers, ranks
+    and types stay true; inputs change through `rewire`, which keeps the readers true. Nodes
+    a rule leaves unread still count as readers until the sweep ends and they are dropped.
+    """
 
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.nodes = list(graph.node)
@@ -67,6 +72,13 @@ class _Index:
         for init in graph.initializer:
             self.rank[init.name] = len(init.dims)
             self.dtype[init.name] = init.data_type
+
+    def rewire(self, position: int, slot: int, name: str) -> None:
+        """Input `slot` of the node at `position` reads `name` from now on."""
+        inputs = self.nodes[position].input
+        self.readers[inputs[slot]].remove(position)
+        self.readers.setdefault(name, []).append(position)
+        inputs[slot] = name
 
     def transpose_2d(self, name: str) -> int | None:
         """The standard Transpose swapping the axes of a 2-D tensor that produces `name`."""
@@ -114,14 +126,13 @@ def _double_transpose(index: _Index, position: int) -> bool:
     if result in index.outputs:
         node.op_type = "Identity"
         del node.attribute[:]
-        node.input[0] = source
+        index.rewire(position, 0, source)
         return True
-    readers = index.readers.get(result, [])
+    readers = sorted(set(index.readers.get(result, [])))
     for reader in readers:
-        inputs = index.nodes[reader].input
-        for i, name in enumerate(inputs):
+        for slot, name in enumerate(index.nodes[reader].input):
             if name == result:
-                inputs[i] = source
+                index.rewire(reader, slot, source)
     return bool(readers)  # an unread pair was unread before folding: it stays as it is
 
 
@@ -139,7 +150,7 @@ def _transposed_operand(index: _Index, position: int) -> bool:
     beta = float(_attribute(node, "beta", 1.0))
     for slot, transpose in enumerate(operands):
         if transpose is not None:
-            node.input[slot] = index.nodes[transpose].input[0]
+            index.rewire(position, slot, index.nodes[transpose].input[0])
             flags[slot] ^= 1
     node.op_type = "Gemm"
     del node.attribute[:]
@@ -166,8 +177,9 @@ def _transposed_product(index: _Index, position: int) -> bool:
     # without readers and dropped as unread.
     node.op_type = "Gemm"
     del node.attribute[:]
-    del node.input[:]
-    node.input.extend([product.input[1], product.input[0]])
+    index.rewire(position, 0, product.input[1])
+    node.input.append(product.input[0])
+    index.readers.setdefault(product.input[0], []).append(position)
     node.attribute.extend(_gemm_attributes(alpha, 1.0, 1 - trans_b, 1 - trans_a))
     return True
 
@@ -211,12 +223,13 @@ def fold_transposes(model: onnx.ModelProto) -> int:
     spare = {tuple(graph.node[p].output) for p in _unread(graph, set())}
     rewrites = 0
     while True:
-        # Each rewrite changes producers and readers and may leave nodes unread, which would
-        # still count as readers of their inputs (R3 wants a single reader): drop them and
-        # index again.
+        # One sweep in graph order; a rewrite can make a new match at a node before it, and
+        # the nodes it leaves unread still read their inputs (R3 wants a single reader), so
+        # sweeps repeat, without those nodes, until one rewrites nothing.
         index = _Index(graph)
-        if not any(rule(index, position)
-                   for position in range(len(index.nodes)) for rule in RULES):
+        done = sum(any(rule(index, position) for rule in RULES)
+                   for position in range(len(index.nodes)))
+        if not done:
             return rewrites
-        rewrites += 1
+        rewrites += done
         _drop_unread(graph, spare)
