@@ -23,13 +23,15 @@ How (REFERENCES.md, "Facts about the dependencies"): `torch.func.grad_and_value`
 + backward + batch-norm decompositions and our own for convolution, adaptive-pool, 3-D pooling,
 upsampling and fused-attention backward (planner.export.decompositions), exported with
 `torch.onnx.export(dynamo=True)` without the optimizer rules that delete tiny constants
-(planner.export.onnx_graph). Dropout stays on: its masks are drawn in the graph by seeded random
-nodes, and verification replays them in torch (planner.export.randomness). An op without ONNX
-translation is reported with the module that called it (planner.export.unsupported).
+(planner.export.onnx_graph), with 2-D transposes folded into Gemm's trans flags
+(planner.export.transposes: an ONNX Transpose is a copy where torch's is a view). Dropout stays
+on: its masks are drawn in the graph by seeded random nodes, and verification replays them in
+torch (planner.export.randomness). An op without ONNX translation is reported with the module
+that called it (planner.export.unsupported).
 
 Modules: spec (OptimizerSpec, ExportResult; no torch), exporter (export_training_graph),
 trace, decompositions (+ attention, resampling, pooling), randomness, unsupported, optimizers,
-losses, onnx_graph, verify, factory (MODULE:FACTORY loading).
+losses, onnx_graph, transposes, verify, factory (MODULE:FACTORY loading).
 """
 
 from __future__ import annotations
