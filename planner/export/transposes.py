@@ -15,12 +15,13 @@ say the same thing without a copy, so on 2-D tensors with perm [1, 0]:
   reader and P is not a graph output, is one Gemm: (op(A) op(B))^T = op(B)^T op(A)^T, that is
   Gemm(B, A, transA = not transB, transB = not transA, same alpha).
 
-No rule adds a Transpose read, so rewriting to a fixed point ends. Nodes left unread by a
-rewrite are dropped (nodes unread before stay); every rewritten node keeps the position of a
-node it replaces and reads only values produced before it, which keeps the graph topologically
-sorted. Only standard-domain nodes of a flat graph are
-touched, and the shapes are read from the model's value_info (run shape inference first, and
-again afterwards: planner.export.onnx_graph.finalize does both).
+R1 and R3 each take a Transpose away (R1's outer one is left unread or becomes an Identity) and
+R2 a read of one; no rule makes a Transpose, so rewriting to a fixed point ends. Nodes left
+unread by a rewrite are dropped (nodes unread before stay); every rewritten node keeps the
+position of a node it replaces and reads only values produced before it, which keeps the graph
+topologically sorted. Only standard-domain nodes of a flat graph are touched, and ranks and
+types are read from the model's value_info (run shape inference first, and again afterwards:
+planner.export.onnx_graph.finalize does both).
 """
 
 from __future__ import annotations
