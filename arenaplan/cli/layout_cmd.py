@@ -3,6 +3,10 @@
     arenaplan layout --csv in.csv -o out.csv [--capacity N] [--alignment A] [--time-limit S]
                      [--workers N] [--seed K] [--json]
 
+Buffers without an alignment value are aligned to 1 byte unless --alignment says otherwise:
+the CSV format's convention (MiniMalloc and other allocators read sizes as exact), where the
+planner's own plans default to 64.
+
 Exit codes: 0 a layout was written; 2 bad input; 3 the capacity is proven too small (the
 message gives the smallest feasible size or a lower bound on it).
 """
@@ -15,7 +19,7 @@ import json
 from arenaplan.cli.common import EXIT_OK
 from planner.errors import InvalidInputError
 from planner.layout import (
-    DEFAULT_ALIGNMENT,
+    CSV_DEFAULT_ALIGNMENT,
     check_layout,
     plan_layout,
     read_buffers_csv,
@@ -37,8 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="where to write the buffers with their offsets")
     parser.add_argument("--capacity", type=int, default=None, metavar="BYTES",
                         help="arena capacity to fit in (exit 3 if proven impossible)")
-    parser.add_argument("--alignment", type=int, default=DEFAULT_ALIGNMENT, metavar="BYTES",
-                        help=f"default alignment, a power of two (default {DEFAULT_ALIGNMENT})")
+    parser.add_argument("--alignment", type=int, default=CSV_DEFAULT_ALIGNMENT, metavar="BYTES",
+                        help="alignment of buffers without an alignment value, a power of two "
+                        f"(default {CSV_DEFAULT_ALIGNMENT}: the CSV format's convention; "
+                        "arenaplan's plans use 64)")
     parser.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS",
                         help="time limit of the exact solver (default 10)")
     parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (default 1)")

@@ -16,6 +16,7 @@ from planner.layout.bounds import lower_bound
 from planner.layout.checker import check_layout
 from planner.layout.choose import heuristic_layout, plan_layout
 from planner.layout.csv_io import (
+    CSV_DEFAULT_ALIGNMENT,
     format_layout_csv,
     parse_buffers_csv,
     read_buffers_csv,
@@ -31,6 +32,7 @@ from planner.layout.types import (
 )
 
 __all__ = [
+    "CSV_DEFAULT_ALIGNMENT",
     "DEFAULT_ALIGNMENT",
     "STATUS_FEASIBLE",
     "STATUS_INFEASIBLE",

@@ -5,6 +5,10 @@ Input: a header row, then one buffer per row: ``id,lower,upper,size`` with a hal
 arenaplan's optional ``zone`` column. Empty optional cells mean "not given". Output: the same
 columns, with ``offset`` holding the planned offsets. Every instance in the input raises
 InvalidInputError naming the line and what to change.
+
+The format's convention for a buffer without an alignment value is 1 (sizes and offsets are
+exact bytes): ``CSV_DEFAULT_ALIGNMENT``, what `arenaplan layout --csv` lays such buffers out
+with unless told otherwise; the planner's own plans use ``DEFAULT_ALIGNMENT`` (64).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from planner.errors import InvalidInputError
 from planner.layout.instance import is_power_of_two
 from planner.layout.types import Buffer, Layout
 
+CSV_DEFAULT_ALIGNMENT = 1
 REQUIRED_COLUMNS = ("id", "lower", "upper", "size")
 OPTIONAL_COLUMNS = ("alignment", "offset", "zone")
 

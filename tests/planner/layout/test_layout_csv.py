@@ -63,7 +63,8 @@ BAD = [
     ("id,lower,upper,size\na,-1,3,8\n", "lower -1 is negative"),
     ("id,lower,upper,size,alignment\na,0,1,8,48\n", "alignment 48 is not a positive power"),
     ("id,lower,upper,size,alignment\na,0,1,8,0\n", "alignment 0 is not a positive power"),
-    ("id,lower,upper,size,offset\na,0,1,8,32\n", "offset 32 is not a multiple of the alignment"),
+    ("id,lower,upper,size,alignment,offset\na,0,1,8,64,32\n",
+     "offset 32 is not a multiple of the alignment 64"),
     ("id,lower,upper,size\na,0,1\n", "line 2: 3 values for 4 columns"),
     ("id,lower,upper,size\n,0,1,8\n", "line 2: empty id"),
     ("id,lower,upper,size\na,0,,8\n", "missing value in column 'upper'"),
@@ -99,6 +100,24 @@ def test_cli_bad_alignment_option_and_missing_file(
     assert "power of two" in capsys.readouterr().err
     assert main(["layout", "--csv", str(tmp_path / "nope.csv"), "-o", out]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_cli_aligns_to_one_byte_unless_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No alignment column: exact byte sizes (the format's convention); --alignment overrides,
+    and an offset that is not a multiple of it is then rejected."""
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text("id,lower,upper,size\na,0,2,100\nb,1,3,36\nc,2,3,20\n")
+    assert main(["layout", "--csv", str(src), "-o", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["arena_size"] == 136
+    assert main(["layout", "--csv", str(src), "-o", str(out), "--json", "--alignment", "64"]) == 0
+    assert json.loads(capsys.readouterr().out)["arena_size"] == 192
+    src.write_text("id,lower,upper,size,offset\na,0,2,100,36\nb,1,3,36,\n")
+    assert main(["layout", "--csv", str(src), "-o", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["arena_size"] == 136
+    assert main(["layout", "--csv", str(src), "-o", str(out), "--alignment", "64"]) == 2
+    assert "not a multiple of the alignment 64" in capsys.readouterr().err
 
 
 def test_cli_writes_a_valid_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
