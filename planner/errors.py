@@ -17,6 +17,7 @@ __all__ = [
     "UnsupportedOperatorError",
     "UnsupportedVersionError",
     "UnknownShapeError",
+    "OptimizedGraphError",
     "InvalidInputError",
 ]
 
@@ -51,6 +52,11 @@ class UnsupportedVersionError(ModelError):
 
 class UnknownShapeError(ModelError):
     """A tensor whose byte size cannot be determined (unbound symbolic or unknown dimension)."""
+
+
+class OptimizedGraphError(ModelError):
+    """ONNX Runtime's optimized graph cannot be planned (its rewrite changed the training state),
+    or is not the one a plan was made for (another ONNX Runtime rewrites differently)."""
 
 
 class InvalidInputError(ArenaplanError):

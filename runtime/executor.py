@@ -30,7 +30,7 @@ from runtime.arena import Arena, HostArena, allocate_arena
 from runtime.devices import require_device
 from runtime.errors import InputValuesError, PlanCheckError, RuntimePlanError
 from runtime.kernels import KernelOptions, KernelSessions, keeps_plan_order
-from runtime.model import RuntimeModel, read_model
+from runtime.model import RuntimeModel, model_for_plan, read_model
 from runtime.plan_check import PlanValidator, check_plan
 from runtime.plan_io import parse_plan, read_plan
 from runtime.segments import CopyUnit, Segment, Unit, group_steps
@@ -56,8 +56,9 @@ class PlanExecutor:
         validator: PlanValidator | None = None,
         options: ExecutorOptions = ExecutorOptions(),
     ):
-        self.model = model if isinstance(model, RuntimeModel) else read_model(model)
         self.plan = _as_plan(plan)
+        read = model if isinstance(model, RuntimeModel) else read_model(model)
+        self.model = model_for_plan(read, self.plan)  # the graph the plan's op ids index
         self.options = options
         check_plan(self.model, self.plan, validator)
         self.devices = {d.device: require_device(d.device) for d in self.plan.devices}

@@ -4,6 +4,12 @@ The runtime never imports the planner, so it reads the model itself. Op ids are 
 model's node list after the topological sort the planner applies (schemas.topology: both call
 the same function), after inlining model-local functions as the planner does.
 For a sorted file (every exported model) that is simply the file order.
+
+A plan made for ONNX Runtime's optimized graph (`plan.optimized_graph`) indexes that graph's
+nodes: `model_for_plan` rebuilds it from the model's bytes, as the planner did
+(schemas.optimized_graph), refuses it when its sha256 is not the plan's, and reads it in place of
+the model's own graph (keeping the model's sha256 and bytes: the plan names the model, and the
+whole-graph reference of `--check` runs the model as sent).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import ModelProto, NodeProto, numpy_helper
 
-from runtime.errors import ModelReadError
+from runtime.errors import ModelMismatchError, ModelReadError
+from schemas.optimized_graph import GraphOptimizationError, onnxruntime_version, optimized_model
+from schemas.plan import Plan
 from schemas.topology import CycleError, dataflow_order
 
 
@@ -46,6 +54,7 @@ class RuntimeModel:
     opset_imports: tuple[onnx.OperatorSetIdProto, ...]
     ir_version: int
     data: bytes  # the model bytes, for a whole-graph reference session
+    graph_sha256: str  # of the graph the nodes come from: the model's own, or its rewrite
 
     def node(self, op_id: int) -> NodeProto:
         return self.nodes[op_id]
@@ -60,6 +69,37 @@ def read_model(source: str | Path | bytes) -> RuntimeModel:
             data = Path(source).read_bytes()
         except OSError as exc:
             raise ModelReadError(f"cannot read model {source}: {exc.strerror or exc}") from None
+    sha256 = hashlib.sha256(data).hexdigest()
+    return _read_graph(data, data, sha256, sha256)
+
+
+def model_for_plan(model: RuntimeModel, plan: Plan) -> RuntimeModel:
+    """The model whose nodes `plan` indexes: `model` itself, or the optimized graph the plan was
+    made for, rebuilt here; a different rebuild is a ModelMismatchError naming both versions."""
+    recorded = plan.optimized_graph
+    if recorded is None or model.graph_sha256 == recorded.sha256:
+        return model
+    if plan.model_sha256 != model.sha256:
+        return model  # the plan check refuses it, saying which model the plan is for
+    try:
+        rewritten = optimized_model(model.data, recorded.level, recorded.providers,
+                                    plan.request.dims)
+    except GraphOptimizationError as exc:
+        raise ModelMismatchError(f"{exc}; the plan was made for the graph ONNX Runtime "
+                                 f"optimizes for {', '.join(recorded.providers)}") from None
+    digest = hashlib.sha256(rewritten).hexdigest()
+    if digest != recorded.sha256:
+        raise ModelMismatchError(
+            f"the plan was made for ONNX Runtime {recorded.onnxruntime_version}'s {recorded.level} "
+            f"rewrite of this model (sha256 {recorded.sha256[:12]}...), but ONNX Runtime "
+            f"{onnxruntime_version()} here rewrites it into another graph (sha256 "
+            f"{digest[:12]}...); plan again with this ONNX Runtime, or run with that version"
+        )
+    return _read_graph(rewritten, model.data, model.sha256, digest)
+
+
+def _read_graph(data: bytes, model_data: bytes, sha256: str, graph_sha256: str) -> RuntimeModel:
+    """Read the graph in `data`; `model_data` and `sha256` are those of the model as sent."""
     proto = ModelProto()
     try:
         proto.ParseFromString(data)
@@ -77,7 +117,7 @@ def read_model(source: str | Path | bytes) -> RuntimeModel:
     inputs = {v.name: _value_type(v) for v in graph.input if v.name not in initializers}
     outputs = {v.name: _value_type(v) for v in graph.output}
     return RuntimeModel(
-        sha256=hashlib.sha256(data).hexdigest(),
+        sha256=sha256,
         nodes=tuple(nodes),
         initializers=initializers,
         inputs=inputs,
@@ -85,7 +125,8 @@ def read_model(source: str | Path | bytes) -> RuntimeModel:
         types=_inferred_types(proto),
         opset_imports=tuple(proto.opset_import),
         ir_version=proto.ir_version,
-        data=data,
+        data=model_data,
+        graph_sha256=graph_sha256,
     )
 
 

@@ -19,6 +19,9 @@ A plan is a straight-line program for one training step over fixed arenas, one p
   0, each graph output after the last step, and each initializer of the model.
 - `state_updates`: state input -> output with its new value; the next training step feeds that
   output's value as the input (the runtime keeps both in the persistent zone).
+- `optimized_graph`: with `request.graph_optimization` on, the plan is made for the graph ONNX
+  Runtime rewrites the model into (schemas.optimized_graph), named by its sha256; the runtime
+  rebuilds it from the model and refuses a mismatch.
 
 Plan ids are deterministic (`compute_plan_id`): the same model bytes, canonical request and
 planner version always give the same id, so CI can compute the id it wants and fetch it.
@@ -33,6 +36,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
+from schemas.optimized_graph import GraphOptimization, OptimizedGraph
 from schemas.profile import Profile
 
 PLAN_SCHEMA_VERSION = 2
@@ -90,6 +94,11 @@ class PlanRequest(BaseModel):
                            description="byte alignment of offsets")
     profile: Profile | None = Field(
         default=None, description="per-op costs measured elsewhere (arenaplan profile -o)"
+    )
+    graph_optimization: GraphOptimization = Field(
+        default="disable", description="plan the graph ONNX Runtime would run: its 'basic' "
+        "rewrites (standard ops) or also its 'extended' fusions (FusedConv, FusedMatMul, ...) "
+        "for the devices' providers; 'disable' plans the model as sent"
     )
 
     @field_validator("budgets")
@@ -236,7 +245,11 @@ class Plan(BaseModel):
     schema_version: int = PLAN_SCHEMA_VERSION
     plan_id: str
     planner_version: str
-    model_sha256: str
+    model_sha256: str = Field(description="sha256 of the model the user sent (plan ids use it)")
+    optimized_graph: OptimizedGraph | None = Field(
+        default=None, description="the ONNX Runtime-optimized graph the plan was made for (its "
+        "op ids index that graph's nodes); None: the model as sent"
+    )
     request: PlanRequest
     devices: list[DevicePlan]
     buffers: list[BufferSpec]

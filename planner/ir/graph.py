@@ -12,12 +12,12 @@ The IR is immutable; solvers index it by integer ids (`graph.ops[i]`, `graph.ten
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -26,6 +26,11 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 from planner.errors import UnknownShapeError, UnsupportedOperatorError
 from planner.ir import roles as role_analysis
 from planner.ir.onnx_model import load_checked_model, read_model_bytes
+from planner.ir.optimized import check_state_kept, optimize_for_request, rebuild_recorded
+from schemas.optimized_graph import GraphOptimization, OptimizedGraph
+
+if TYPE_CHECKING:
+    from schemas.plan import Plan
 
 
 class TensorRole(str, Enum):
@@ -120,8 +125,9 @@ class Graph:
     loss: int | None
     opset: int
     ir_version: int
-    model_sha256: str
+    model_sha256: str  # of the model as sent; plan ids and profiles name it
     proto: ModelProto = field(repr=False, compare=False)
+    optimized: OptimizedGraph | None = None  # the ops are ONNX Runtime's rewrite of that model
 
     def tensor(self, name: str) -> Tensor:
         try:
@@ -146,15 +152,50 @@ class Graph:
         return sum(t.numel for t in self.tensors if t.role is TensorRole.PARAMETER)
 
 
-def load_graph(model: str | Path | bytes | ModelProto, dims: Mapping[str, int] | None = None
+def load_graph(model: str | Path | bytes | ModelProto, dims: Mapping[str, int] | None = None,
+               optimization: GraphOptimization = "disable", devices: Sequence[str] = ("cpu",)
                ) -> Graph:
-    """Load an ONNX model (path, bytes or ModelProto) into the IR, binding symbolic `dims`."""
+    """Load an ONNX model (path, bytes or ModelProto) into the IR, binding symbolic `dims`.
+
+    With `optimization` on, the IR is the graph ONNX Runtime rewrites the (checked) model into
+    for the providers of `devices` (planner.ir.optimized); `model_sha256` stays the model's.
+    """
     data = model.SerializeToString() if isinstance(model, ModelProto) else read_model_bytes(model)
     loaded = load_checked_model(data, dims)
-    return _build(loaded.proto, loaded.sha256, loaded.opset)
+    graph = _build(loaded.proto, loaded.sha256, loaded.opset)
+    if optimization == "disable":
+        return graph
+    rewritten, recorded = optimize_for_request(data, optimization, devices, dims or {})
+    return _optimized(graph, rewritten, recorded, dims)
 
 
-def _build(proto: ModelProto, sha256: str, opset: int) -> Graph:
+def load_plan_graph(model: str | Path | bytes | ModelProto, plan: Plan) -> Graph:
+    """The IR of the graph `plan` was made for: the model itself, or ONNX Runtime's rewrite of it
+    as the plan records it (refused when this ONNX Runtime rewrites it into another graph)."""
+    data = model.SerializeToString() if isinstance(model, ModelProto) else read_model_bytes(model)
+    dims = plan.request.dims
+    loaded = load_checked_model(data, dims)
+    graph = _build(loaded.proto, loaded.sha256, loaded.opset)
+    if plan.optimized_graph is None or graph.model_sha256 != plan.model_sha256:
+        return graph  # another model: the validator says so
+    return _optimized(graph, rebuild_recorded(data, plan.optimized_graph, dims),
+                      plan.optimized_graph, dims)
+
+
+def _optimized(original: Graph, rewritten: bytes, recorded: OptimizedGraph,
+               dims: Mapping[str, int] | None) -> Graph:
+    loaded = load_checked_model(rewritten, dims, optimized=True)
+    state = {original.tensors[t.id].name: original.tensors[t.updated_by].name
+             for t in original.tensors if t.updated_by is not None}
+    check_state_kept(state, loaded.proto, recorded.level)
+    return _build(loaded.proto, original.model_sha256, loaded.opset, recorded, state)
+
+
+def _build(proto: ModelProto, sha256: str, opset: int,
+           optimized: OptimizedGraph | None = None, state: Mapping[str, str] | None = None
+           ) -> Graph:
+    """The IR of a checked model; `state` (input name -> output name) gives the state updates
+    instead of finding them (planner.ir.roles)."""
     g = proto.graph
     typed = _value_types(proto)
     initializer_names = {init.name for init in g.initializer}
@@ -213,7 +254,8 @@ def _build(proto: ModelProto, sha256: str, opset: int) -> Graph:
             graph_inputs=[ids[n] for n in input_names],
             graph_outputs=[ids[n] for n in output_names],
             initializers={ids[n] for n in initializer_names},
-        )
+        ),
+        known_updates=None if state is None else {ids[i]: ids[o] for i, o in state.items()},
     )
 
     output_set = {ids[n] for n in output_names}
@@ -263,6 +305,7 @@ def _build(proto: ModelProto, sha256: str, opset: int) -> Graph:
         ir_version=proto.ir_version,
         model_sha256=sha256,
         proto=proto,
+        optimized=optimized,
     )
 
 

@@ -25,6 +25,7 @@ from planner.errors import (
     UnsupportedOperatorError,
     UnsupportedVersionError,
 )
+from schemas.optimized_graph import CONTRIB_DOMAIN, FUSED_OPS, is_fused_op
 from schemas.topology import CycleError, dataflow_order
 
 # IR versions onnxruntime 1.31 loads (13 is its newest; below 4 initializers had to be inputs).
@@ -59,15 +60,18 @@ def read_model_bytes(source: str | Path | bytes) -> bytes:
         raise NotOnnxError(f"model path is a directory, not an ONNX file: {path}") from None
 
 
-def load_checked_model(data: bytes, dims: Mapping[str, int] | None = None) -> LoadedModel:
+def load_checked_model(data: bytes, dims: Mapping[str, int] | None = None, *,
+                       optimized: bool = False) -> LoadedModel:
     """Parse, validate and shape-infer a model; bind symbolic dimensions from `dims`.
 
+    `optimized`: the bytes are ONNX Runtime's rewrite of a checked model
+    (schemas.optimized_graph), which may hold its fused ops; a model as sent holds standard ops.
     Raises the specific `planner.errors` type for each way a model can be unusable.
     """
     proto = _parse(data)
     opset = _check_versions(proto)
     _refuse_external_data(proto)
-    _refuse_unsupported_ops(proto)
+    _refuse_unsupported_ops(proto, optimized)
     proto = _inline_functions(proto)
     _refuse_empty_graph(proto.graph)
     _sort_topologically_or_refuse_cycles(proto.graph)
@@ -138,7 +142,7 @@ def _refuse_external_data(proto: ModelProto) -> None:
                 )
 
 
-def _refuse_unsupported_ops(proto: ModelProto) -> None:
+def _refuse_unsupported_ops(proto: ModelProto, optimized: bool = False) -> None:
     local_functions = {(f.domain, f.name) for f in proto.functions}
     for index, node in enumerate(proto.graph.node):
         label = node.name or f"#{index}"
@@ -150,12 +154,20 @@ def _refuse_unsupported_ops(proto: ModelProto) -> None:
                 f"node {label} is a control-flow op ({node.op_type}); control flow is not "
                 "supported yet: export the training step with loops unrolled"
             )
-        if node.domain not in DEFAULT_DOMAINS and (node.domain, node.op_type) not in (
-            local_functions
-        ):
+        if node.domain in DEFAULT_DOMAINS or (node.domain, node.op_type) in local_functions:
+            continue
+        if optimized and not is_fused_op(node.domain, node.op_type):
+            raise UnsupportedOperatorError(
+                f"ONNX Runtime's optimizations wrote node {label}, op {node.op_type} from domain "
+                f"'{node.domain}', which arenaplan does not plan (it plans {CONTRIB_DOMAIN} "
+                f"{', '.join(sorted(FUSED_OPS))}); plan with graph optimization 'basic' "
+                "(--graph-optimization basic)"
+            )
+        if not optimized:
             raise UnsupportedOperatorError(
                 f"node {label} uses op {node.op_type} from domain '{node.domain}'; only standard "
-                "ONNX ops (ai.onnx) are supported, so that plain onnxruntime can run every step"
+                "ONNX ops (ai.onnx) are supported, so that plain onnxruntime can run every step "
+                "(ONNX Runtime's fused ops come from planning with graph optimization on)"
             )
 
 

@@ -61,12 +61,17 @@ class Analysis:
     op_regions: list[str]  # Region values by op id
 
 
-def analyze(s: Structure) -> Analysis:
+def analyze(s: Structure, known_updates: dict[int, int] | None = None) -> Analysis:
+    """`known_updates`: the state updates, when they are known from elsewhere (a graph ONNX
+    Runtime rewrote keeps the names of the model's; a fused op may break an elementwise lane)."""
     loss = find_loss(s)
     forward = ancestor_ops(s, loss) if loss is not None else set()
     # Without a loss this is not a training step: an input that reaches an output of the same
     # shape through elementwise ops (x -> Relu -> y) is data, not state.
-    updates = match_updates(s, exclude={loss}) if loss is not None else {}
+    if known_updates is not None:
+        updates = dict(known_updates)
+    else:
+        updates = match_updates(s, exclude={loss}) if loss is not None else {}
     tail = optimizer_tail(s, forward, set(updates.values()))
     if loss is None:  # no loss, no backward pass: everything but a state update is forward
         forward = set(range(len(s.op_types))) - tail

@@ -69,7 +69,8 @@ def plan_model_costed(
 ) -> Costed:
     notify = progress or (lambda phase, info: None)
     notify("load", {})
-    graph = load_graph(model, dims=request.dims)
+    graph = load_graph(model, dims=request.dims, optimization=request.graph_optimization,
+                       devices=list(request.budgets))
     return plan_graph_costed(graph, request, progress=progress)
 
 

@@ -90,6 +90,7 @@ def build_plan(
         plan_id=plan_id,
         planner_version=planner_version,
         model_sha256=graph.model_sha256,
+        optimized_graph=graph.optimized,
         request=request,
         devices=devices,
         buffers=specs,

@@ -65,6 +65,13 @@ def validate_plan(graph: Graph, plan: Plan, profile: Profile | None = None) -> V
     if plan.model_sha256 != graph.model_sha256:
         errors.append("plan was made for another model (sha256 differs)")
         return ValidationReport(errors)
+    if plan.optimized_graph != graph.optimized:
+        made_for = plan.optimized_graph.level if plan.optimized_graph else "disable"
+        graph_is = graph.optimized.level if graph.optimized else "disable"
+        errors.append(f"plan was made for the model's graph at optimization '{made_for}', not "
+                      f"this one ('{graph_is}', or another digest); load it with "
+                      "planner.ir.graph.load_plan_graph")
+        return ValidationReport(errors)
     budgets = plan.request.budgets
     buffers = {}
     for b in plan.buffers:
