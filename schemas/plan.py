@@ -237,6 +237,13 @@ class DevicePlan(BaseModel):
         description="max over steps of live bytes (aligned): no layout of this schedule is smaller"
     )
     persistent_bytes: int = Field(description="bytes of the persistent zone (state, constants)")
+    workspace_bytes: int = Field(
+        default=0, ge=0, description="kernel scratch reserved beside the arena: the most one op "
+        "placed here allocates while it runs (ONNX Runtime's profiler, planner.profile), plus "
+        "the outputs the plan does not keep; 0 when not measured. The runtime bounds a GPU's "
+        "kernel scratch to it; arena_bytes + workspace_bytes + a fixed overhead (runtime.measure) "
+        "bound the process's peak"
+    )
 
 
 class Plan(BaseModel):
