@@ -3,6 +3,12 @@
 Each step feeds the state values (the previous step's updated outputs, per plan.state_updates)
 and the data inputs, and keeps every output. Comparing a plan's run with this, step by step, is
 what `arenaplan run --check` reports.
+
+A plan of the model as sent is compared with a session that runs that model unoptimized, like
+the runtime's kernels: the results are bit-identical. A plan of ONNX Runtime's optimized graph
+(plan.optimized_graph) is compared with what a user would run instead, ONNX Runtime's default
+session (all optimizations) on the model as sent; fusions and other kernels round differently,
+so the check accepts `OPTIMIZED_TOLERANCE` there (`check_reference`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,20 @@ import onnxruntime as ort
 
 from runtime.kernels import OPTIMIZATION_LEVELS
 from runtime.model import RuntimeModel
+from schemas.plan import Plan
+
+# Largest max-abs difference `--check` accepts by default: with the plan's graph as sent (the
+# same kernels, the same order: bit-identical, up to this), and with an optimized graph against
+# ONNX Runtime's default session (measured: bench/runtime/optimized_graphs.md).
+EXACT_TOLERANCE = 1e-5
+OPTIMIZED_TOLERANCE = 1e-4
+
+
+def check_reference(plan: Plan, kernel_optimization: str = "disable") -> tuple[str, float]:
+    """The reference session's optimization level and the default tolerance for `plan`."""
+    if plan.optimized_graph is not None:
+        return "all", OPTIMIZED_TOLERANCE
+    return kernel_optimization, EXACT_TOLERANCE
 
 
 def reference_options(threads: int = 1, optimization: str = "disable",

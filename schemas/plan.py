@@ -98,7 +98,8 @@ class PlanRequest(BaseModel):
     graph_optimization: GraphOptimization = Field(
         default="disable", description="plan the graph ONNX Runtime would run: its 'basic' "
         "rewrites (standard ops) or also its 'extended' fusions (FusedConv, FusedMatMul, ...) "
-        "for the devices' providers; 'disable' plans the model as sent"
+        "for the devices' providers; 'disable' plans the model as sent (the service and the "
+        "CLI plan 'extended' when a request does not say)"
     )
 
     @field_validator("budgets")

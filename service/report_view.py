@@ -7,7 +7,7 @@ parsed (it may not parse, or describe another graph).
 
 from __future__ import annotations
 
-from planner.ir.graph import load_graph
+from planner.ir.graph import load_plan_graph
 from planner.report import render_report_html
 from schemas.plan import Plan
 from service.blobs import ModelBlobs
@@ -18,5 +18,5 @@ def render_stored_report(plan_json: str, blobs: ModelBlobs, model_sha256: str) -
     graph = None
     if blobs.exists(model_sha256):
         blobs.check_intact(model_sha256)
-        graph = load_graph(blobs.path_for(model_sha256), dims=plan.request.dims)
+        graph = load_plan_graph(blobs.path_for(model_sha256), plan)
     return render_report_html(plan, graph)

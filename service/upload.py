@@ -19,6 +19,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
+from schemas.optimized_graph import SERVICE_DEFAULT
 from schemas.plan import PlanRequest
 from schemas.units import format_bytes
 from service.blobs import BlobWriter, ModelBlobs
@@ -150,6 +151,8 @@ def parse_plan_request(text: bytes, settings: Settings) -> PlanRequest:
         raise ApiProblem(422, "invalid_request",
                          f"time_limit_s {request.time_limit_s:g} is above this service's limit "
                          f"of {settings.max_time_limit_s:g} s; ask for less")
+    if "graph_optimization" not in request.model_fields_set:  # the plan id covers the level used
+        request = request.model_copy(update={"graph_optimization": SERVICE_DEFAULT})
     return request
 
 

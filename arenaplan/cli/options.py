@@ -1,4 +1,4 @@
-"""Parsers for option values several commands share (dims, byte sizes)."""
+"""Parsers for option values several commands share (dims, byte sizes, graph optimization)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
         help="arena budget of a device, e.g. cpu=512MiB (binary units KiB/MiB/GiB or KB/MB/GB)",
     )
     add_dims_option(parser)
+    add_graph_optimization_option(parser)
     add_solver_options(parser)
     parser.add_argument("--alignment", type=int, default=64,
                         help="byte alignment of buffer offsets (default 64)")
@@ -69,3 +70,17 @@ def add_solver_options(parser: argparse.ArgumentParser, time_limit: float = 30.0
                         help=f"{time_help} (default {time_limit:g})")
     parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+
+
+def add_graph_optimization_option(parser: argparse.ArgumentParser) -> None:
+    """--graph-optimization: which graph to plan (schemas.optimized_graph); the CLI's default is
+    the service's (`schemas.optimized_graph.SERVICE_DEFAULT`)."""
+    from schemas.optimized_graph import SERVICE_DEFAULT
+
+    parser.add_argument(
+        "--graph-optimization", choices=("disable", "basic", "extended"),
+        default=SERVICE_DEFAULT,
+        help="plan the graph ONNX Runtime would run: its basic rewrites (standard ops) or also "
+        "its extended fusions (FusedConv, FusedMatMul, ...) for the budgets' devices; disable "
+        f"plans the model as sent (default {SERVICE_DEFAULT})",
+    )

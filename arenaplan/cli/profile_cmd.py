@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from arenaplan.cli.common import EXIT_OK
-from arenaplan.cli.options import add_dims_option
+from arenaplan.cli.options import add_dims_option, add_graph_optimization_option
 from planner.errors import InvalidInputError
 from planner.ir.graph import load_graph
 from planner.profile import ConsoleProgress, profile_graph, save_profile
@@ -30,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", dest="devices", action="append", default=[],
                         metavar="DEVICE", help="cpu or cuda:N (repeatable; default: cpu)")
     add_dims_option(parser)
+    add_graph_optimization_option(parser)  # a plan's profile must be of the graph it plans
     parser.add_argument("--inputs", metavar="VALUES.npz",
                         help="values for graph inputs by name (others are generated)")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
@@ -56,7 +57,8 @@ def read_inputs(path: str) -> dict[str, np.ndarray]:
 
 
 def run(args: argparse.Namespace) -> int:
-    graph = load_graph(args.model, dims=dict(args.dims))
+    graph = load_graph(args.model, dims=dict(args.dims), optimization=args.graph_optimization,
+                       devices=args.devices or ["cpu"])
     inputs = read_inputs(args.inputs) if args.inputs else None
     cache = None if args.no_cache else (args.cache or DEFAULT_CACHE)
     progress = None if args.quiet else ConsoleProgress(sys.stderr)

@@ -28,13 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.ir.graph import load_graph
+    from planner.ir.graph import load_plan_graph
     from planner.report import build_report_data, export_pngs
     from planner.report.page import render_data_html
     from runtime.plan_io import read_plan
 
     plan = read_plan(args.plan)
-    graph = load_graph(Path(args.model), dims=plan.request.dims) if args.model else None
+    graph = load_plan_graph(Path(args.model), plan) if args.model else None
     data = build_report_data(plan, graph)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)

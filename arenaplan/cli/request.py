@@ -24,6 +24,7 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
         return PlanRequest(
             budgets=budgets, dims=dict(args.dims), time_limit_s=args.time_limit,
             workers=args.workers, seed=args.seed, alignment=args.alignment, profile=profile,
+            graph_optimization=args.graph_optimization,
         )
     except ValidationError as exc:
         problems = "; ".join(

@@ -51,8 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--check", action="store_true",
                         help="compare every output of every step with a whole-graph ONNX "
                         "Runtime session")
-    parser.add_argument("--tolerance", type=float, default=1e-5,
-                        help="largest max-abs difference --check accepts (default 1e-5)")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="largest max-abs difference --check accepts (default 1e-5, or 1e-4 "
+                        "for a plan of ONNX Runtime's optimized graph, checked against its "
+                        "default session on the model as sent)")
     parser.add_argument("--loss", help="output to print as the loss (default: the first scalar "
                         "float output that is not a state update)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.inputs import generated_inputs, loss_output, read_npz
     from runtime.measure import PeakGrowth
     from runtime.model import read_model
-    from runtime.reference import ReferenceSession, compare_outputs
+    from runtime.reference import ReferenceSession, check_reference, compare_outputs
 
     if args.steps < 1:
         raise InputValuesError("--steps must be at least 1")
@@ -83,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputValuesError("--threads must be at least 1")
     model = read_model(args.model)
     plan = _load_plan(args)
+    reference_level, tolerance = check_reference(plan, args.optimization)
+    args.tolerance = tolerance if args.tolerance is None else args.tolerance
     validator = None if args.no_validate else _planner_validator(Path(args.model))
     executor = PlanExecutor(
         model, plan, validator=validator,
@@ -94,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     reference = None
     if args.check:
         reference = ReferenceSession(model, plan.state_updates, threads=args.threads,
-                                     optimization=args.optimization)
+                                     optimization=reference_level)
         reference.load_inputs(values)
     executor.load_inputs(values)
 
@@ -161,10 +165,10 @@ def _planner_validator(model_path: Path) -> Callable[[Plan], list[str]]:
     The runtime never imports the planner; the CLI may, and injects it."""
 
     def validate(plan: Plan) -> list[str]:
-        from planner.ir.graph import load_graph
+        from planner.ir.graph import load_plan_graph
         from planner.plan.validate import validate_plan
 
-        graph = load_graph(model_path, dims=plan.request.dims)
+        graph = load_plan_graph(model_path, plan)
         return list(validate_plan(graph, plan).errors)
 
     return validate

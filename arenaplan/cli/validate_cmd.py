@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.ir.graph import load_graph
+    from planner.ir.graph import load_plan_graph
     from planner.ir.onnx_model import read_model_bytes
     from planner.plan.validate import validate_plan
     from runtime.errors import ModelMismatchError
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             f"plan {plan.plan_id} was made for another model (plan sha256 "
             f"{plan.model_sha256[:12]}..., {args.model} {sha256[:12]}...); validate it against "
             "the model it was made for")
-    report = validate_plan(load_graph(model, dims=plan.request.dims), plan)
+    report = validate_plan(load_plan_graph(model, plan), plan)
     if not report.ok:
         print(f"plan {plan.plan_id} is INVALID ({len(report.errors)} problem(s)):")
         for error in report.errors:

@@ -166,7 +166,7 @@ def load_graph(model: str | Path | bytes | ModelProto, dims: Mapping[str, int] |
     if optimization == "disable":
         return graph
     rewritten, recorded = optimize_for_request(data, optimization, devices, dims or {})
-    return _optimized(graph, rewritten, recorded, dims)
+    return _optimized(graph, rewritten, recorded)
 
 
 def load_plan_graph(model: str | Path | bytes | ModelProto, plan: Plan) -> Graph:
@@ -179,12 +179,11 @@ def load_plan_graph(model: str | Path | bytes | ModelProto, plan: Plan) -> Graph
     if plan.optimized_graph is None or graph.model_sha256 != plan.model_sha256:
         return graph  # another model: the validator says so
     return _optimized(graph, rebuild_recorded(data, plan.optimized_graph, dims),
-                      plan.optimized_graph, dims)
+                      plan.optimized_graph)
 
 
-def _optimized(original: Graph, rewritten: bytes, recorded: OptimizedGraph,
-               dims: Mapping[str, int] | None) -> Graph:
-    loaded = load_checked_model(rewritten, dims, optimized=True)
+def _optimized(original: Graph, rewritten: bytes, recorded: OptimizedGraph) -> Graph:
+    loaded = load_checked_model(rewritten, optimized=True)  # dims bound by ONNX Runtime
     state = {original.tensors[t.id].name: original.tensors[t.updated_by].name
              for t in original.tensors if t.updated_by is not None}
     check_state_kept(state, loaded.proto, recorded.level)

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from planner.ir.graph import load_graph
+from planner.ir.graph import load_plan_graph
 from planner.pipeline import plan_model
 from schemas.plan import Plan, PlanRequest
 from schemas.profile import Profile
@@ -69,7 +69,7 @@ def test_a_measured_profile_is_kept_and_reproduces_the_plan(server, tight_budget
     fetched = get(server.url, f"/plans/{plan.plan_id}/profile", ALICE)
     assert fetched.status_code == 200, fetched.text[:400]
     profile = Profile.model_validate_json(fetched.text)
-    graph = load_graph(model)
+    graph = load_plan_graph(model, plan)
     assert profile.model_sha256 == plan.model_sha256 == graph.model_sha256
     assert [op.op_id for op in profile.ops] == [op.id for op in graph.ops]
     assert all("cpu" in op.costs for op in profile.ops)
@@ -80,6 +80,7 @@ def test_a_measured_profile_is_kept_and_reproduces_the_plan(server, tight_budget
     (tmp_path / "profile.json").write_bytes(fetched.content)
     local = cli("plan", str(model), "--budget", f"cpu={tight_budget}", "--time-limit",
                 str(TIME_LIMIT_S), "--profile", str(tmp_path / "profile.json"),
+                "--graph-optimization", plan.request.graph_optimization,
                 "-o", str(tmp_path / "plan.json"), timeout=300)
     assert local.returncode == 0, local.stderr[-2000:]
     replanned = Plan.model_validate_json((tmp_path / "plan.json").read_text())

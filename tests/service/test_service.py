@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from planner.ir.graph import load_graph
+from planner.ir.graph import load_plan_graph
 from planner.plan.validate import validate_plan
 from planner.version import PLANNER_VERSION
 from schemas.plan import Plan, PlanRequest, compute_plan_id
@@ -79,7 +79,7 @@ def test_every_fixture_gets_a_valid_plan(server):
         sha = hashlib.sha256(data).hexdigest()
         assert plan.model_sha256 == sha
         assert plan.plan_id == compute_plan_id(sha, plan.request, PLANNER_VERSION)
-        report = validate_plan(load_graph(data), plan)
+        report = validate_plan(load_plan_graph(data, plan), plan)
         assert report.ok, (name, report.errors[:3])
 
 

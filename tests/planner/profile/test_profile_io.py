@@ -11,6 +11,7 @@ from planner.errors import InvalidInputError
 from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, copy_seconds, load_profile, profile_graph, save_profile
 from planner.profile.copies import fit_line
+from schemas.optimized_graph import SERVICE_DEFAULT
 from schemas.profile import CopyFit, CopySample, Profile
 from tests.support.fixture_zoo import FIXTURE_DIR
 from tests.support.onnx_builders import relu_chain, tiny_momentum_step
@@ -97,7 +98,7 @@ def test_cli_profile_writes_a_profile_and_uses_its_cache(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "profile:" in err and "100%" in err  # plain log lines: stderr is not a TTY here
     profile = Profile.model_validate_json(out.read_text())
-    graph = load_graph(model)
+    graph = load_graph(model, optimization=SERVICE_DEFAULT)  # the graph the CLI plans
     assert len(profile.ops) == len(graph.ops)
     assert all("cpu" in o.costs for o in profile.ops)
     assert main([*args, "--quiet"]) == 0

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from arenaplan.cli import main
-from planner.ir.graph import load_graph
+from planner.ir.graph import load_graph, load_plan_graph
 from planner.ir.graph_json import read_graph_json
 from planner.memory.liveness import order_lower_bound
 from planner.plan.validate import validate_plan
@@ -40,7 +40,7 @@ def test_plan_exit_codes_and_the_smallest_feasible_budget(tmp_path, capsys):
     assert code == 0
     plan = Plan.model_validate(json.loads(out.read_text()))
     assert {s.phase for s in plan.solvers} >= {"order", "remat", "layout"}
-    assert validate_plan(load_graph(model), plan).ok
+    assert validate_plan(load_plan_graph(model, plan), plan).ok
 
 
 def test_plan_graph_json_writes_a_validated_plan(tmp_path, capsys):

@@ -1,0 +1,140 @@
+"""Plans of the graph ONNX Runtime would run (issue 16): planned, validated, run and checked.
+
+mlp_sgd's extended rewrite holds ONNX Runtime's FusedGemm and FusedMatMul; cnn_bn_momentum's
+basic rewrite folds a momentum update into a Gemm (the state is carried over by name). Each plan
+runs in its arena and `arenaplan run --check` compares it with ONNX Runtime's default session on
+the model as sent, within the stated tolerance; a plan whose optimized graph this ONNX Runtime
+does not rebuild is refused, by the runtime and by the planner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+
+import pytest
+
+from arenaplan.cli import main
+from planner.errors import OptimizedGraphError
+from planner.ir.graph import load_graph, load_plan_graph
+from planner.pipeline import plan_model
+from planner.plan.validate import validate_plan
+from planner.profile import QUICK_POLICY, profile_graph
+from planner.version import PLANNER_VERSION
+from runtime.errors import ModelMismatchError
+from runtime.executor import PlanExecutor
+from runtime.model import read_model
+from runtime.reference import OPTIMIZED_TOLERANCE
+from schemas.plan import Plan, PlanRequest, compute_plan_id
+from tests.support.fixture_zoo import inputs_path, model_path
+
+GENEROUS = 2**40
+CASES = [("mlp_sgd", "extended"), ("cnn_bn_momentum", "basic"), ("gpt2_tiny_adam", "extended")]
+
+
+@cache
+def optimized_plan(name: str, level: str) -> Plan:
+    return plan_model(model_path(name), PlanRequest(budgets={"cpu": GENEROUS}, time_limit_s=1,
+                                                    graph_optimization=level))
+
+
+@cache
+def plain_plan(name: str) -> Plan:
+    return plan_model(model_path(name), PlanRequest(budgets={"cpu": GENEROUS}, time_limit_s=1))
+
+
+@pytest.mark.parametrize("name, level", CASES)
+def test_the_plan_names_the_model_sent_and_the_graph_it_was_made_for(name, level):
+    plan = optimized_plan(name, level)
+    sha = hashlib.sha256(model_path(name).read_bytes()).hexdigest()
+    assert plan.model_sha256 == sha
+    assert plan.plan_id == compute_plan_id(sha, plan.request, PLANNER_VERSION)
+    recorded = plan.optimized_graph
+    assert recorded is not None and recorded.level == level
+    assert recorded.providers == ["CPUExecutionProvider"] and recorded.sha256 != sha
+    graph = load_plan_graph(model_path(name), plan)
+    assert validate_plan(graph, plan).ok
+    assert len(graph.ops) < len(load_graph(model_path(name)).ops)
+    # the training state survives under the same names
+    assert plan.state_updates == plain_plan(name).state_updates
+
+
+def test_extended_plans_onnxruntime_fused_ops():
+    plan = optimized_plan("mlp_sgd", "extended")
+    fused = {s.op_type for s in plan.steps if s.kind == "compute"} & {"FusedGemm", "FusedMatMul"}
+    assert fused == {"FusedGemm", "FusedMatMul"}
+
+
+@pytest.mark.parametrize("name, level", CASES)
+def test_run_check_is_within_tolerance_of_onnxruntime_default(name, level, tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    path.write_text(optimized_plan(name, level).model_dump_json())
+    code = main(["run", str(model_path(name)), "--plan", str(path), "--steps", "3",
+                 "--inputs", str(inputs_path(name)), "--check", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["tolerance"] == OPTIMIZED_TOLERANCE
+    assert report["check_ok"] and report["max_abs_diff"] <= OPTIMIZED_TOLERANCE
+    losses = [row["loss"] for row in report["steps"]]
+    assert len(set(losses)) > 1  # trained: state fed back through the optimized graph
+
+
+def test_the_plain_plan_stays_bit_identical(tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    path.write_text(plain_plan("mlp_sgd").model_dump_json())
+    code = main(["run", str(model_path("mlp_sgd")), "--plan", str(path), "--steps", "3",
+                 "--check", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["max_abs_diff"] == 0 and report["tolerance"] == 1e-5
+
+
+def _with_other_digest(plan: Plan) -> Plan:
+    assert plan.optimized_graph is not None
+    other = plan.optimized_graph.model_copy(update={"sha256": "0" * 64})
+    return plan.model_copy(update={"optimized_graph": other})
+
+
+def test_a_digest_mismatch_is_refused_by_the_runtime(tmp_path, capsys):
+    plan = _with_other_digest(optimized_plan("mlp_sgd", "extended"))
+    with pytest.raises(ModelMismatchError, match="rewrites it into another graph"):
+        PlanExecutor(read_model(model_path("mlp_sgd")), plan)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    assert main(["run", str(model_path("mlp_sgd")), "--plan", str(path)]) == 2
+    assert "plan again with this ONNX Runtime" in capsys.readouterr().err
+
+
+def test_a_digest_mismatch_is_refused_by_the_planner():
+    plan = _with_other_digest(optimized_plan("mlp_sgd", "extended"))
+    with pytest.raises(OptimizedGraphError, match="another graph"):
+        load_plan_graph(model_path("mlp_sgd"), plan)
+
+
+def test_the_validator_refuses_the_model_graph_for_an_optimized_plan():
+    report = validate_plan(load_graph(model_path("mlp_sgd")), optimized_plan("mlp_sgd",
+                                                                              "extended"))
+    assert not report.ok and "load_plan_graph" in report.errors[0]
+
+
+def test_the_fused_ops_are_profiled_on_the_cpu():
+    graph = load_graph(model_path("mlp_sgd"), optimization="extended")
+    profile = profile_graph(graph, ["cpu"], cache=None, policy=QUICK_POLICY)
+    fused = [p for p in profile.ops if p.op_type in ("FusedGemm", "FusedMatMul")]
+    assert len(fused) == 5
+    assert all(p.costs["cpu"].source == "measured" for p in fused)
+
+
+def test_a_plan_under_budget_pressure_runs_within_tolerance(tmp_path, capsys):
+    """cnn_bn_momentum's basic rewrite at 80% of its keep-everything arena: recomputation
+    planned on the optimized graph's costs."""
+    full = optimized_plan("cnn_bn_momentum", "basic").devices[0].arena_bytes
+    plan = plan_model(model_path("cnn_bn_momentum"), PlanRequest(
+        budgets={"cpu": int(full * 0.8)}, time_limit_s=5, graph_optimization="basic"))
+    assert any(s.kind == "compute" and s.recompute for s in plan.steps)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    code = main(["run", str(model_path("cnn_bn_momentum")), "--plan", str(path), "--steps", "2",
+                 "--check", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["check_ok"]
