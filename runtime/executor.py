@@ -44,7 +44,7 @@ class ExecutorOptions:
     threads: int = 1  # intra-op threads of every kernel session
     optimization: str = "disable"  # onnxruntime graph optimization level of the kernel sessions
     fuse: bool = True  # run consecutive compute steps as one session (runtime.segments)
-    max_segment: int = 1024  # most compute steps in one session
+    max_segment: int | None = None  # most compute steps in one session (None: no cap)
 
 
 class PlanExecutor:
@@ -69,7 +69,8 @@ class PlanExecutor:
         self.buffers: dict[str, BufferSpec] = {b.id: b for b in self.plan.buffers}
         self._transfers = Transfers()
         kernel_options = KernelOptions(threads=options.threads, optimization=options.optimization)
-        self._kernels = KernelSessions(self.model, kernel_options)
+        self._kernels = KernelSessions(self.model, kernel_options,
+                                       {d.device: d.workspace_bytes for d in self.plan.devices})
         self.units: list[Unit] = group_steps(
             self.plan.steps, self.buffers, fuse=options.fuse, max_segment=options.max_segment,
             order_kept={name for name, device in self.devices.items()

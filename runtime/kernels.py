@@ -18,13 +18,22 @@ priority-based order, an explicit intra-op thread count, and graph optimizations
 (the plan already fixed the ops; optimizing would only fold or fuse across planned buffers).
 On a GPU, nodes the CUDA provider cannot run fall back to the CPU provider as in any onnxruntime
 session (their inputs and outputs are copied by onnxruntime).
+
+Kernel scratch (the plan's per-device `workspace_bytes`): on the host it is malloc'd and freed
+within each kernel (no session keeps a pool), so at most one op's scratch is live at a time. On
+a GPU the CUDA provider takes scratch (cuDNN workspaces, temporaries) from its own arena: each
+session's arena is capped at the device's workspace (`gpu_mem_limit`, growing by exactly what is
+asked, `kSameAsRequested`) and handed back after every run (the run option
+`memory.enable_memory_arena_shrinkage`), so the device's memory during a step is its arena plus
+at most the workspace; a kernel asking for more fails the step instead of growing. A plan
+without a measured workspace (0) leaves the provider's arena uncapped.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,17 +143,38 @@ def segment_model(model: RuntimeModel, steps: list[Step], segment: Segment,
     return SegmentModel(proto.SerializeToString(), inputs, outputs)
 
 
+def providers(device: RuntimeDevice, workspace_bytes: int) -> list:
+    """The session's providers; a GPU's arena capped at the workspace when one was measured."""
+    listed = device.providers()
+    if device.is_cuda and workspace_bytes > 0:
+        name, options = listed[0]
+        listed[0] = (name, {**options, "gpu_mem_limit": str(workspace_bytes),
+                            "arena_extend_strategy": "kSameAsRequested"})
+    return listed
+
+
+def run_options(device: RuntimeDevice) -> ort.RunOptions:
+    """Options of every run on `device`: a GPU's session arena is handed back after the run."""
+    options = ort.RunOptions()
+    options.log_severity_level = 3
+    if device.is_cuda:
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage",
+                                     f"gpu:{device.index}")
+    return options
+
+
 class KernelSessions:
     """Builds and caches sessions; returns for each segment a function that runs it in place."""
 
-    def __init__(self, model: RuntimeModel, options: KernelOptions = KernelOptions()):
+    def __init__(self, model: RuntimeModel, options: KernelOptions = KernelOptions(),
+                 workspace: Mapping[str, int] | None = None):
         self.model = model
         self.options = options
+        self.workspace = dict(workspace or {})  # device name -> bytes of kernel scratch
         self._sessions: dict[tuple[str, str, int], ort.InferenceSession] = {}
         self._keep: list[object] = []  # sessions referenced by the runners
         self.bindings: list[tuple[ort.IOBinding, list[str]]] = []  # binding, output buffer ids
-        self._run_options = ort.RunOptions()
-        self._run_options.log_severity_level = 3
+        self._run_options: dict[str, ort.RunOptions] = {}
 
     @property
     def session_count(self) -> int:
@@ -168,8 +198,10 @@ class KernelSessions:
                                 arena.pointer(b.offset))
         self._keep.append(session)
         self.bindings.append((binding, list(built.outputs.values())))
+        if device.name not in self._run_options:
+            self._run_options[device.name] = run_options(device)
         return functools.partial(session._sess.run_with_iobinding, binding._iobinding,
-                                 self._run_options)
+                                 self._run_options[device.name])
 
     def _session(self, data: bytes, device: RuntimeDevice, steps: list[Step],
                  segment: Segment) -> ort.InferenceSession:
@@ -179,7 +211,8 @@ class KernelSessions:
             return session
         try:
             session = ort.InferenceSession(
-                data, session_options(self.options, device), providers=device.providers()
+                data, session_options(self.options, device),
+                providers=providers(device, self.workspace.get(device.name, 0)),
             )
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several unrelated types
             first = steps[segment.steps[0]]

@@ -1,10 +1,18 @@
-"""What a process really uses: resident memory now, its peak, and the peak's growth over a span.
+"""What a process really uses: resident memory now, its peak, and the peak's growth over a span;
+and what a plan promises about it.
 
 Linux keeps the peak resident set (VmHWM in /proc/self/status) and lets a process reset it by
 writing "5" to /proc/self/clear_refs, so the peak of a span of work (e.g. N training steps) can be
 measured in-process. Where that is not possible the peak since process start is reported and
 marked as such. glibc's malloc makes these figures noisy (REFERENCES.md: ~10% between identical
 runs); the arena bytes the runtime allocates itself are the exact figure.
+
+A plan bounds the host memory of its training steps: each host device's arena plus its
+workspace (kernel scratch measured per op, `DevicePlan.workspace_bytes`), plus a fixed
+per-process overhead that no plan accounts for: `HOST_OVERHEAD_BYTES` covers what ONNX Runtime
+and the interpreter allocate while steps run (per-run bookkeeping, thread-local GEMM packing
+buffers, the allocator's page granularity and fragmentation). Measured on the fixtures and the
+bench-scale models (bench/runtime/results.md) the steps stay well below it.
 """
 
 from __future__ import annotations
@@ -12,6 +20,11 @@ from __future__ import annotations
 import resource
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from runtime.devices import parse_device
+from schemas.plan import DevicePlan, Plan
+
+HOST_OVERHEAD_BYTES = 16 << 20  # fixed per-process overhead on top of a plan's host bytes
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -61,6 +74,11 @@ class PeakGrowth:
         reset_ok = reset_peak_rss()
         return cls(baseline=rss_bytes(), reset_ok=reset_ok)
 
+    def rearm(self) -> None:
+        """Reset the peak to the current resident set, keeping the baseline: the next sample
+        leaves out transient peaks of work done since the last one (e.g. a reference run)."""
+        reset_peak_rss()
+
     def sample(self) -> int:
         growth = peak_rss_bytes() - self.baseline
         self.peaks.append(growth)
@@ -69,3 +87,22 @@ class PeakGrowth:
     @property
     def growth(self) -> int:
         return max(self.peaks, default=0)
+
+
+def _is_host(device: str) -> bool:
+    return not parse_device(device).is_cuda
+
+
+def host_devices(plan: Plan) -> list[DevicePlan]:
+    """The plan's devices whose arenas are host memory (`cpu`, `cpu:N`)."""
+    return [d for d in plan.devices if _is_host(d.device)]
+
+
+def host_reserved_bytes(plan: Plan) -> int:
+    """Host bytes the plan reserves for a step: arenas plus workspaces of its host devices."""
+    return sum(d.arena_bytes + d.workspace_bytes for d in host_devices(plan))
+
+
+def host_budget_bytes(plan: Plan) -> int:
+    """The request's budgets of the plan's host devices, summed."""
+    return sum(size for device, size in plan.request.budgets.items() if _is_host(device))

@@ -2,7 +2,10 @@
 
 Executes N training steps of the plan with the bundled runtime (one fixed arena per device, every
 kernel writing into its planned slice), printing the loss and time of every step, the arena bytes
-per device and the peak resident memory growth over the steps. With --check every step is also
+per device and the process's peak resident memory during the steps (VmHWM over the resident set
+before them, the arenas' page-in included) against what the plan reserves (arenas and kernel
+workspaces) and its budget; --strict-memory fails the run (exit 1) when that peak exceeds the
+host budget plus the fixed overhead runtime.measure states. With --check every step is also
 run by one whole-graph ONNX Runtime session on the same inputs (state fed back on both sides) and
 the largest absolute difference over all outputs is reported; the exit code is 1 when it exceeds
 --tolerance. The plan comes from a file or from a server (--server URL --plan-id ID).
@@ -22,6 +25,7 @@ from arenaplan.cli.common import EXIT_OK
 
 if TYPE_CHECKING:  # the runtime is imported when the command runs, not when the CLI starts
     from runtime.executor import PlanExecutor
+    from runtime.measure import PeakGrowth
     from schemas.plan import Plan
 
 EXIT_CHECK_FAILED = 1
@@ -67,6 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-validate", action="store_true",
                         help="skip the planner's validator (the runtime's own structural check "
                         "always runs)")
+    parser.add_argument("--strict-memory", action="store_true",
+                        help="exit 1 when the process's peak during the steps exceeds the plan's "
+                        "host budget plus the fixed per-process overhead (16 MiB); not with "
+                        "--check, whose reference session shares the process")
     parser.add_argument("--json", action="store_true", help="print one JSON report instead")
     parser.set_defaults(handler=run)
 
@@ -75,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.errors import InputValuesError
     from runtime.executor import ExecutorOptions, PlanExecutor
     from runtime.inputs import generated_inputs, loss_output, read_npz
-    from runtime.measure import PeakGrowth
+    from runtime.measure import PeakGrowth, reset_peak_rss
     from runtime.model import read_model
     from runtime.reference import ReferenceSession, check_reference, compare_outputs
 
@@ -83,6 +91,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputValuesError("--steps must be at least 1")
     if args.threads < 1:
         raise InputValuesError("--threads must be at least 1")
+    if args.strict_memory and args.check:
+        raise InputValuesError("--strict-memory judges the process's own peak, and --check runs "
+                               "ONNX Runtime's reference session in the same process: run them "
+                               "separately")
+    if args.strict_memory and not reset_peak_rss():
+        raise InputValuesError("--strict-memory needs a resettable peak RSS (Linux "
+                               "/proc/self/clear_refs), which this OS does not offer")
     model = read_model(args.model)
     plan = _load_plan(args)
     reference_level, tolerance = check_reference(plan, args.optimization)
@@ -110,15 +125,14 @@ def run(args: argparse.Namespace) -> int:
     for device, size in executor.arena_bytes.items():
         say(f"  {device}: arena {_fmt_bytes(size)} ({size} B), allocated once")
     rows = []
-    growth: list[int] = []  # peak RSS growth of each runtime step alone (not the reference's)
-    reset_ok = True
+    # The process's peak over its resident set before the first step; re-armed before each
+    # step so a --check reference run's transient peaks are left out (what it keeps is not).
+    memory = PeakGrowth.start()
     for k in range(args.steps):
-        memory = PeakGrowth.start()
+        memory.rearm()
         seconds = executor.step()
-        growth.append(memory.sample())
-        reset_ok = reset_ok and memory.reset_ok
         row: dict[str, Any] = {"step": k + 1, "seconds": seconds,
-                               "peak_rss_growth_bytes": growth[-1]}
+                               "peak_rss_growth_bytes": memory.sample()}
         if loss_name is not None:
             row["loss"] = float(executor.output(loss_name).reshape(-1)[0])
         if reference is not None:
@@ -132,16 +146,25 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
         say(_step_line(row, args.steps))
 
-    report = _report(args, plan, executor, rows, growth, reset_ok, loss_name)
+    report = _report(args, plan, executor, rows, loss_name)
+    report["memory"] = _memory_report(plan, memory, with_reference=args.check)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
         _print_summary(report)
+    failed = False
     if args.check and not report["check_ok"]:
         print(f"arenaplan: check failed: max abs difference {report['max_abs_diff']:.3g} "
               f"> tolerance {args.tolerance:g}", file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    return EXIT_OK
+        failed = True
+    if args.strict_memory and not report["memory"]["within_budget"]:
+        m = report["memory"]
+        print(f"arenaplan: memory over budget: the process's peak during the steps grew "
+              f"{_fmt_bytes(m['peak_growth_bytes'])} ({m['peak_growth_bytes']} B), more than the "
+              f"host budget {_fmt_bytes(m['budget_bytes'])} plus the fixed overhead "
+              f"{_fmt_bytes(m['overhead_bytes'])}", file=sys.stderr)
+        failed = True
+    return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 
 def _load_plan(args: argparse.Namespace) -> Plan:
@@ -192,8 +215,7 @@ def _step_line(row: dict[str, Any], total: int) -> str:
 
 
 def _report(args: argparse.Namespace, plan: Plan, executor: PlanExecutor,
-            rows: list[dict[str, Any]], growth: list[int], reset_ok: bool,
-            loss_name: str | None) -> dict[str, Any]:
+            rows: list[dict[str, Any]], loss_name: str | None) -> dict[str, Any]:
     median = statistics.median(r["seconds"] for r in rows)
     report = {
         "plan_id": plan.plan_id,
@@ -205,9 +227,7 @@ def _report(args: argparse.Namespace, plan: Plan, executor: PlanExecutor,
         "sessions": executor.session_count,
         "median_step_seconds": median,
         "predicted_step_seconds": plan.predicted_seconds,
-        "peak_rss_growth_first_step_bytes": growth[0],
-        "peak_rss_growth_later_steps_bytes": max(growth[1:], default=None),
-        "peak_rss_measured_per_step": reset_ok,
+        "threads": args.threads,
     }
     if args.check:
         worst = max(r["max_abs_diff"] for r in rows)
@@ -222,6 +242,32 @@ def _report(args: argparse.Namespace, plan: Plan, executor: PlanExecutor,
     return report
 
 
+def _memory_report(plan: Plan, memory: PeakGrowth, with_reference: bool) -> dict[str, Any]:
+    """The process's peak during the steps against what the plan reserves and its budget."""
+    from runtime.measure import (
+        HOST_OVERHEAD_BYTES,
+        host_budget_bytes,
+        host_devices,
+        host_reserved_bytes,
+    )
+
+    peaks = memory.peaks
+    peak = max(peaks)
+    budget = host_budget_bytes(plan)
+    return {
+        "measured": memory.reset_ok,
+        "peak_growth_bytes": peak,
+        "first_step_bytes": peaks[0],
+        "later_steps_add_bytes": max(0, max(peaks[1:], default=peaks[0]) - peaks[0]),
+        "reserved_bytes": host_reserved_bytes(plan),
+        "workspace_bytes": sum(d.workspace_bytes for d in host_devices(plan)),
+        "budget_bytes": budget,
+        "overhead_bytes": HOST_OVERHEAD_BYTES,
+        "within_budget": memory.reset_ok and peak <= budget + HOST_OVERHEAD_BYTES,
+        "with_reference": with_reference,
+    }
+
+
 def _print_summary(report: dict[str, Any]) -> None:
     line = f"median step time {report['median_step_seconds'] * 1e3:.2f} ms"
     if report["predicted_step_seconds"] is not None:
@@ -230,15 +276,20 @@ def _print_summary(report: dict[str, Any]) -> None:
         line += (f"; whole-graph ONNX Runtime {report['reference_median_step_seconds'] * 1e3:.2f}"
                  f" ms ({report['time_vs_reference']:.2f}x)")
     print(line)
-    arenas = _fmt_bytes(sum(report["arena_bytes"].values()))
-    if report["peak_rss_measured_per_step"]:
-        first = _fmt_bytes(report["peak_rss_growth_first_step_bytes"])
-        later = report["peak_rss_growth_later_steps_bytes"]
-        print(f"peak RSS growth of a step: first {first} (touches the arenas, {arenas}, "
-              "allocated before)"
-              + ("" if later is None else f", later steps at most {_fmt_bytes(later)}"))
+    m = report["memory"]
+    if m["measured"]:
+        print(f"peak RSS growth during the steps: {_fmt_bytes(m['peak_growth_bytes'])} (step 1 "
+              f"{_fmt_bytes(m['first_step_bytes'])}, touching the arenas; later steps add "
+              f"{_fmt_bytes(m['later_steps_add_bytes'])}); the plan reserves "
+              f"{_fmt_bytes(m['reserved_bytes'])} on the host (arenas + kernel workspace "
+              f"{_fmt_bytes(m['workspace_bytes'])}), budget {_fmt_bytes(m['budget_bytes'])} + "
+              f"fixed overhead {_fmt_bytes(m['overhead_bytes'])}: "
+              f"{'within' if m['within_budget'] else 'OVER'}"
+              + (" (includes the --check reference session's memory)" if m["with_reference"]
+                 else ""))
     else:
-        print(f"peak RSS: this OS does not let a process reset its peak (arenas {arenas})")
+        print("peak RSS: this OS does not let a process reset its peak (arenas "
+              f"{_fmt_bytes(sum(report['arena_bytes'].values()))})")
     if "max_abs_diff" in report:
         verdict = "ok" if report["check_ok"] else "FAILED"
         print(f"check {verdict}: max abs difference {report['max_abs_diff']:.2e} over every "
