@@ -1,0 +1,174 @@
+"""Kernel workspace in the plan, and the process peak it bounds (issue 16 item 2).
+
+- planner.profile.workspace: a device's workspace is its largest step's measured scratch (ONNX
+  Runtime's profiler, a real profile) plus the outputs the plan does not keep.
+- `arenaplan run --strict-memory`: in a fresh process, the peak during the steps stays within
+  the plan's host arena + workspace + the fixed overhead; a step that allocates beyond it fails
+  the run (exit 1, a message, no traceback); with --check it is refused.
+- CUDA: sessions cap their arena at the workspace and hand it back after every run; on a GPU a
+  plan with its measured workspace runs and matches (skipped without one).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from arenaplan.cli import main
+from planner.ir.graph import load_graph
+from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.workspace import plan_workspace, step_workspace, with_workspace
+from runtime.devices import cuda_device_error, parse_device
+from runtime.executor import PlanExecutor
+from runtime.inputs import read_npz
+from runtime.kernels import providers, run_options
+from runtime.measure import HOST_OVERHEAD_BYTES
+from runtime.model import read_model
+from schemas.plan import ComputeStep, Plan
+from tests.support.fixture_zoo import inputs_path, model_path
+from tests.support.runtime_plans import full_budget_plan
+
+NAME = "cnn_bn_momentum"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@cache
+def measured(name: str):
+    graph = load_graph(model_path(name))
+    values = dict(np.load(inputs_path(name)))
+    return graph, profile_graph(graph, inputs=values, cache=None, policy=QUICK_POLICY)
+
+
+def planned_with_workspace(name: str) -> Plan:
+    graph, profile = measured(name)
+    return with_workspace(graph, full_budget_plan(name), profile)
+
+
+def at_budget(plan: Plan, budget: int) -> Plan:
+    """`plan` with its one host device's budget set to `budget` bytes."""
+    (device,) = plan.devices
+    request = plan.request.model_copy(update={"budgets": {device.device: budget}})
+    return plan.model_copy(update={
+        "request": request, "devices": [device.model_copy(update={"budget_bytes": budget})]})
+
+
+def test_a_devices_workspace_is_its_largest_measured_step():
+    graph, profile = measured(NAME)
+    plan = planned_with_workspace(NAME)
+    by_op = {o.op_id: o for o in profile.ops}
+    steps = [s for s in plan.steps if isinstance(s, ComputeStep)]
+    largest = max(step_workspace(graph, s, by_op[s.op_id]) for s in steps)
+    assert plan.devices[0].workspace_bytes == largest == plan_workspace(graph, plan, profile)["cpu"]
+    # convolutions take scratch of their own (im2col), and the profile measured it
+    convs = [by_op[s.op_id].costs["cpu"].workspace_bytes for s in steps
+             if s.op_type.startswith("Conv")]
+    assert largest >= max(convs) > 0
+
+
+def test_outputs_the_plan_does_not_keep_count_as_scratch():
+    graph, _ = measured(NAME)
+    plan = full_budget_plan(NAME)
+    step = next(s for s in plan.steps if isinstance(s, ComputeStep) and len(s.outputs) > 1)
+    dropped = step.model_copy(update={"outputs": [step.outputs[0], *[None] * (len(step.outputs)
+                                                                                 - 1)]})
+    op = graph.ops[step.op_id]
+    unkept = sum(graph.tensors[t].nbytes for t in op.outputs[1:] if t is not None)
+    assert unkept > 0
+    assert step_workspace(graph, dropped, None) == unkept
+    assert step_workspace(graph, step, None) == 0
+
+
+def run_fresh(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "arenaplan", "run", *argv], cwd=REPO,
+                          capture_output=True, text=True, check=False, timeout=300)
+
+
+@pytest.mark.parametrize("name", ["cnn_bn_momentum", "resnet18_narrow"])
+def test_the_peak_during_steps_stays_within_arena_workspace_and_overhead(name, tmp_path):
+    plan = planned_with_workspace(name)
+    reserved = plan.devices[0].arena_bytes + plan.devices[0].workspace_bytes
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(at_budget(plan, reserved).model_dump_json())
+    done = run_fresh(str(model_path(name)), "--plan", str(plan_file), "--inputs",
+                     str(inputs_path(name)), "--steps", "4", "--strict-memory", "--json")
+    assert done.returncode == 0, done.stderr
+    memory = json.loads(done.stdout)["memory"]
+    if not memory["measured"]:
+        pytest.skip("this OS does not let a process reset its peak RSS")
+    assert memory["reserved_bytes"] == memory["budget_bytes"] == reserved
+    assert memory["within_budget"]
+    assert 0 < memory["peak_growth_bytes"] <= reserved + HOST_OVERHEAD_BYTES
+
+
+def test_strict_memory_fails_a_run_whose_steps_exceed_the_budget(tmp_path, capsys, monkeypatch):
+    plan = full_budget_plan("mlp_sgd")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(at_budget(plan, plan.devices[0].arena_bytes).model_dump_json())
+    step = PlanExecutor.step
+    extra = HOST_OVERHEAD_BYTES + (32 << 20)
+    held = []
+
+    def step_and_allocate(self, *args, **kwargs):
+        # scratch nothing in the plan accounts for: fresh pages, touched (counted as resident)
+        held.append(np.ones(extra, dtype=np.uint8))
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(PlanExecutor, "step", step_and_allocate)
+    code = main(["run", str(model_path("mlp_sgd")), "--plan", str(plan_file), "--steps", "2",
+                 "--inputs", str(inputs_path("mlp_sgd")), "--strict-memory"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "memory over budget" in err and "Traceback" not in err
+
+
+def test_strict_memory_is_refused_with_check(tmp_path, capsys):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(full_budget_plan("mlp_sgd").model_dump_json())
+    code = main(["run", str(model_path("mlp_sgd")), "--plan", str(plan_file), "--check",
+                 "--strict-memory"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--strict-memory" in err and "Traceback" not in err
+
+
+def test_cuda_sessions_cap_their_arena_at_the_workspace():
+    gpu = parse_device("cuda:1")
+    (name, options), = providers(gpu, 5 << 20)
+    assert name == "CUDAExecutionProvider"
+    assert options == {"device_id": "1", "gpu_mem_limit": str(5 << 20),
+                       "arena_extend_strategy": "kSameAsRequested"}
+    assert providers(gpu, 0) == gpu.providers()  # unmeasured: the provider's own arena
+    assert providers(parse_device("cpu"), 5 << 20) == ["CPUExecutionProvider"]
+    shrink = run_options(gpu).get_run_config_entry("memory.enable_memory_arena_shrinkage")
+    assert shrink == "gpu:1"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(cuda_device_error(0) is not None,
+                    reason=f"no usable CUDA device: {cuda_device_error(0)}")
+def test_a_cuda_plan_runs_within_its_measured_workspace():
+    from planner.pipeline import plan_model
+    from schemas.plan import PlanRequest
+
+    graph = load_graph(model_path(NAME))
+    values = dict(np.load(inputs_path(NAME)))
+    profile = profile_graph(graph, ["cuda:0"], inputs=values, cache=None, policy=QUICK_POLICY)
+    plan = plan_model(model_path(NAME), PlanRequest(budgets={"cuda:0": 2**40}, time_limit_s=1,
+                                                    profile=profile))
+    plan = with_workspace(graph, plan, profile)
+    workspace = plan.devices[0].workspace_bytes
+    assert workspace > 0
+    model = read_model(model_path(NAME))
+    executor = PlanExecutor(model, plan)
+    executor.load_inputs(read_npz(inputs_path(NAME), model))
+    for _ in range(3):
+        executor.step()
+    session = executor._kernels._keep[0]
+    limit = session.get_provider_options()["CUDAExecutionProvider"]["gpu_mem_limit"]
+    assert int(limit) == workspace
+    assert np.isfinite(executor.outputs()[next(iter(plan.graph_outputs))]).all()
