@@ -1,29 +1,31 @@
-"""Runtime benchmark: memory and step time of a plan run in its arena vs ONNX Runtime's own.
+"""Runtime benchmark: step time and process memory of a plan run in its arena vs ONNX Runtime.
 
-    .venv/bin/python -m bench.runtime.run_runtime_bench [--fixtures mlp_sgd ...] [--runs 3]
+    .venv/bin/python -m bench.runtime.run_runtime_bench [--cases mlp_sgd vgg11_sgd ...]
+        [--runs 3] [--model-runs 1]
 
-For each fixture: profile it (planner.profile, for the plan's predicted step time), plan it at
-100% budget (no pressure), then measure in fresh processes (one per measurement, `--runs` each,
-medians reported):
+Cases: the six committed fixtures and six bench-scale training graphs (bench/models, exported
+with bench.memory.models if missing: VGG-11, ResNet-18, MobileNetV2, UNet, BERT-small,
+GPT-2-small). For each: profile it (planner.profile, cached: the plan's predicted step time and
+each op's kernel scratch), plan it at 100% budget (keep everything, the model as sent) with
+each device's kernel workspace set from the profile (planner.profile.workspace), then measure in
+fresh processes (medians over `--runs`, `--model-runs` for the bench-scale graphs):
 
-- memory: peak resident-set growth of the process (VmHWM, reset through /proc/self/clear_refs)
-  after onnxruntime's process-wide start-up (paid by a one-node session first, reported apart)
-  from just before the session(s) are built to the end of the first training step ("setup +
-  step 1"), and from after step 1 over `--steps` more steps ("later steps": should be ~0 for
-  the runtime), for
-    * the runtime (one arena, kernels writing into it; sessions per segment of ops),
-    * ONNX Runtime's whole-graph session with its defaults (CPU arena and memory pattern on,
-      all graph optimizations), the way a user runs it,
-    * the same session lean (arena and memory pattern off, optimizations off: the settings of
-      the runtime's kernel sessions);
-  next to the arena bytes (exact) and ONNX Runtime's own arena statistics from its profiler
-  (largest `mem_in_use_peak` / `mem_arena_held` over the node events of one step);
-- time: one fresh process runs all variants interleaved step by step (after warm-up steps) and
-  reports the median wall time and calling-thread CPU time per step (threads=1, so ONNX Runtime
-  computes on the calling thread; CPU time does not grow when other processes preempt the run):
-  the runtime with segments, the runtime with a session per op, and the whole-graph session with
-  default and with lean settings (`session.run` with the state fed back, like a training loop),
-  and its fastest form (inputs and outputs pre-bound with IOBinding, no feedback).
+- memory: the process's resident set (VmHWM, reset through /proc/self/clear_refs) after
+  onnxruntime's process-wide start-up (paid by a one-node session first, reported apart):
+    * setup: building the runner (the runtime: arena, sessions, constants and inputs written),
+    * steps: the peak over the resident set after setup, across all steps (the arena's page-in
+      and kernel scratch included), and what later steps add to the first step's peak,
+    * total: the peak during the steps over the resident set before setup;
+  for the runtime, ONNX Runtime's whole-graph session with its defaults (CPU arena and memory
+  pattern on, all graph optimizations) and the same session lean (arena, memory pattern and
+  optimizations off: the runtime's kernel settings). The runtime's figures are set against what
+  the plan reserves on the host (arena + workspace) plus runtime.measure.HOST_OVERHEAD_BYTES;
+- time: one fresh process runs every variant interleaved step by step (after warm-up steps)
+  and reports medians of wall time and calling-thread CPU time: the runtime (segments; and one
+  session per op on the fixtures, which gives the cost of a segment), ONNX Runtime's
+  whole-graph session default and lean (`session.run` with the state fed back, like a training
+  loop), on the fixtures also its fastest form (IOBinding, no feedback), and the runtime and the
+  default session again with 2 intra-op threads.
 
 Writes bench/runtime/results.json and bench/runtime/results.md.
 """
@@ -45,10 +47,33 @@ from tests.support.fixture_zoo import FIXTURE_DIR
 
 REPO = Path(__file__).resolve().parents[2]  # the working directory of the worker processes
 OUT = Path(__file__).resolve().parent
+MODELS = REPO / "bench" / "models"
 DEFAULT_FIXTURES = ("mlp_sgd", "cnn_bn_momentum", "unet_small", "resnet_cifar", "gpt2_tiny_adam",
                     "resnet18_narrow")
+BENCH_MODELS = ("vgg11_sgd", "resnet18_momentum", "mobilenet_v2_momentum", "unet_adam",
+                "bert_small_adam", "gpt2_small_adam")
 GENEROUS = 2**40
 MEMORY_MODES = ("runtime", "ort_default", "ort_lean")
+FORMER_SEGMENT_CAP = 1024  # compute steps per segment before issue 16
+# Variants timed together (interleaved) in one process. The fixtures fit all at once; a
+# bench-scale graph holds a few GiB per runner, so it is timed in pairs: the runtime against the
+# default session, then each with 1 and 2 threads.
+SMALL_TIME_GROUPS = (("runtime", "ort_default", "ort_lean", "runtime_per_op", "ort_iobinding",
+                      "runtime_t2", "ort_default_t2"),)
+LARGE_TIME_GROUPS = (("runtime", "ort_default"), ("runtime", "runtime_t2"),
+                     ("ort_default", "ort_default_t2"))
+
+
+def case_files(name: str) -> tuple[Path, Path]:
+    """(model, inputs) of a fixture or of a bench-scale graph (exported first if missing)."""
+    if name in BENCH_MODELS:
+        model = MODELS / f"{name}.onnx"
+        if not model.exists():
+            from bench.memory.models import export  # imports torch: only when exporting
+
+            model = export(name)
+        return model, MODELS / f"{name}.inputs.npz"
+    return FIXTURE_DIR / f"{name}.onnx", FIXTURE_DIR / f"{name}.inputs.npz"
 
 
 # --------------------------------------------------------------------------- workers
@@ -71,11 +96,11 @@ def warm_onnxruntime() -> None:
 
 def worker_memory(mode: str, model_path: str, plan_path: str, inputs_path: str, steps: int
                   ) -> dict:
-    """Fresh process: peak RSS growth of setup + step 1, then of `steps` later steps."""
+    """Fresh process: resident-set growth of setup, then the peak across `steps` steps."""
     import numpy as np
 
     from runtime.executor import PlanExecutor
-    from runtime.measure import PeakGrowth
+    from runtime.measure import PeakGrowth, rss_bytes
     from runtime.model import read_model
     from runtime.plan_io import read_plan
     from runtime.reference import ReferenceSession
@@ -88,7 +113,9 @@ def worker_memory(mode: str, model_path: str, plan_path: str, inputs_path: str, 
     init = PeakGrowth.start()
     warm_onnxruntime()
     init.sample()
+    before = rss_bytes()
     setup = PeakGrowth.start()
+    runner: PlanExecutor | ReferenceSession
     if mode == "runtime":
         runner = PlanExecutor(model, plan)
     else:
@@ -97,19 +124,20 @@ def worker_memory(mode: str, model_path: str, plan_path: str, inputs_path: str, 
                                   optimization="disable" if lean else "all",
                                   memory_arena=not lean, memory_pattern=not lean)
     runner.load_inputs(values)
-    runner.step()
     setup.sample()
-    later = PeakGrowth.start()
+    run = PeakGrowth.start()  # baseline: the resident set after setup
     for _ in range(steps):
         runner.step()
-        later.sample()
-    return {"mode": mode, "onnxruntime_init": init.growth,
-            "setup_and_first_step": setup.growth, "later_steps": later.growth,
-            "later_steps_each": later.peaks, "reset_ok": setup.reset_ok and later.reset_ok}
+        run.sample()
+    return {"mode": mode, "onnxruntime_init": init.growth, "setup": setup.growth,
+            "steps_peak": run.growth, "first_step": run.peaks[0],
+            "later_steps_add": max(0, run.growth - run.peaks[0]), "steps_each": run.peaks,
+            "total_peak": run.baseline + run.growth - before,
+            "reset_ok": setup.reset_ok and run.reset_ok}
 
 
-def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, warmup: int
-                ) -> dict:
+def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, warmup: int,
+                variants: list[str]) -> dict:
     import numpy as np
     import onnxruntime as ort
 
@@ -121,34 +149,43 @@ def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, w
     model = read_model(model_path)
     plan = read_plan(plan_path)
     values = dict(np.load(inputs_path))
-    runners = {
-        "runtime": PlanExecutor(model, plan),
-        "runtime_per_op": PlanExecutor(model, plan, options=ExecutorOptions(fuse=False)),
-        "ort_default": ReferenceSession(model, plan.state_updates, optimization="all"),
-        "ort_lean": ReferenceSession(model, plan.state_updates, optimization="disable",
-                                     memory_arena=False, memory_pattern=False),
+    built = {}
+
+    def timed_build(name: str, make):
+        started = time.perf_counter()
+        runner = make()
+        built[name] = time.perf_counter() - started
+        return runner
+
+    makers = {
+        "runtime": lambda: PlanExecutor(model, plan),
+        "ort_default": lambda: ReferenceSession(model, plan.state_updates, optimization="all"),
+        "ort_lean": lambda: ReferenceSession(model, plan.state_updates, optimization="disable",
+                                             memory_arena=False, memory_pattern=False),
+        "runtime_t2": lambda: PlanExecutor(model, plan, options=ExecutorOptions(threads=2)),
+        "ort_default_t2": lambda: ReferenceSession(model, plan.state_updates, threads=2,
+                                                   optimization="all"),
+        "runtime_per_op": lambda: PlanExecutor(model, plan, options=ExecutorOptions(fuse=False)),
     }
+    runners = {name: timed_build(name, makers[name]) for name in variants if name in makers}
     for runner in runners.values():
         runner.load_inputs(values)
-    # ONNX Runtime at its fastest: everything pre-bound, no state fed back
-    session = ort.InferenceSession(model.data, reference_options(1, "all"),
-                                   providers=["CPUExecutionProvider"])
-    binding = session.io_binding()
-    for name in model.inputs:
-        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(values[name]))
-    first = session.run(None, values)
-    for out, array in zip(session.get_outputs(), first, strict=True):
-        binding.bind_ortvalue_output(out.name,
-                                     ort.OrtValue.ortvalue_from_numpy(np.empty_like(array)))
-    run_options = ort.RunOptions()
-
-    def iobinding_step() -> None:
-        session.run_with_iobinding(binding, run_options)
-
     steppers = {name: runner.step for name, runner in runners.items()}
-    steppers["ort_iobinding"] = iobinding_step
-    wall = {name: [] for name in steppers}
-    cpu = {name: [] for name in steppers}
+    if "ort_iobinding" in variants:
+        # ONNX Runtime at its fastest: everything pre-bound, no state fed back
+        session = ort.InferenceSession(model.data, reference_options(1, "all"),
+                                       providers=["CPUExecutionProvider"])
+        binding = session.io_binding()
+        for name in model.inputs:
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(values[name]))
+        first = session.run(None, values)
+        for out, array in zip(session.get_outputs(), first, strict=True):
+            binding.bind_ortvalue_output(
+                out.name, ort.OrtValue.ortvalue_from_numpy(np.empty_like(array)))
+        run_options = ort.RunOptions()
+        steppers["ort_iobinding"] = lambda: session.run_with_iobinding(binding, run_options)
+    wall: dict[str, list[float]] = {name: [] for name in steppers}
+    cpu: dict[str, list[float]] = {name: [] for name in steppers}
     for k in range(warmup + steps):
         for name, step in steppers.items():
             w0, c0 = time.perf_counter(), time.thread_time()
@@ -161,32 +198,10 @@ def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, w
         "wall_median": {n: statistics.median(v) for n, v in wall.items()},
         "wall_min": {n: min(v) for n, v in wall.items()},
         "cpu_median": {n: statistics.median(v) for n, v in cpu.items()},
-        "segments": runners["runtime"].segment_count,
-        "per_op_sessions": runners["runtime_per_op"].segment_count,
+        "segments": {n: r.segment_count for n, r in runners.items()
+                     if isinstance(r, PlanExecutor)},
+        "build_seconds": built,
     }
-
-
-def ort_arena_stats(model_path: str, inputs_path: str) -> dict:
-    """ONNX Runtime's own account of its memory for one step (profiler node events)."""
-    import numpy as np
-    import onnxruntime as ort
-
-    from runtime.reference import reference_options
-
-    with tempfile.TemporaryDirectory() as tmp:
-        options = reference_options(1, "all")
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(tmp) / "ort")
-        session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
-        values = dict(np.load(inputs_path))
-        session.run(None, values)
-        events = json.loads(Path(session.end_profiling()).read_text())
-    in_use = [int(e["args"]["mem_in_use_peak"]) for e in events
-              if e.get("cat") == "Node" and "mem_in_use_peak" in e.get("args", {})]
-    held = [int(e["args"]["mem_arena_held"]) for e in events
-            if e.get("cat") == "Node" and "mem_arena_held" in e.get("args", {})]
-    return {"arena_in_use_peak": max(in_use, default=None),
-            "arena_held": max(held, default=None)}
 
 
 # --------------------------------------------------------------------------- parent
@@ -202,29 +217,37 @@ def spawn(*args: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def plan_fixture(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
+def plan_case(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
+    """Profile (cached) and plan the case at 100% budget, workspace set from the profile."""
     import numpy as np
 
     from planner.ir.graph import load_graph
     from planner.pipeline import plan_model
     from planner.profile import QUICK_POLICY, profile_graph
+    from planner.profile.workspace import with_workspace
+    from runtime.segments import Segment, group_steps
     from schemas.plan import PlanRequest
 
-    model = FIXTURE_DIR / f"{name}.onnx"
+    model, inputs_path = case_files(name)
     graph = load_graph(model)
-    inputs = dict(np.load(FIXTURE_DIR / f"{name}.inputs.npz"))
+    inputs = dict(np.load(inputs_path))
     started = time.perf_counter()
-    profile = profile_graph(graph, inputs=inputs, cache=None, policy=QUICK_POLICY)
+    profile = profile_graph(graph, inputs=inputs, policy=QUICK_POLICY)
     profile_s = time.perf_counter() - started
     plan = plan_model(model, PlanRequest(budgets={"cpu": GENEROUS}, time_limit_s=time_limit,
                                          profile=profile))
+    plan = with_workspace(graph, plan, profile)
     path = tmp / f"{name}.plan.json"
     path.write_text(plan.model_dump_json())
     device = plan.devices[0]
+    buffers = {b.id: b for b in plan.buffers}
+    former = group_steps(plan.steps, buffers, max_segment=FORMER_SEGMENT_CAP, order_kept={"cpu"})
     return path, {
         "ops": len(graph.ops),
         "plan_steps": len(plan.steps),
         "arena_bytes": device.arena_bytes,
+        "workspace_bytes": device.workspace_bytes,
+        "reserved_bytes": device.arena_bytes + device.workspace_bytes,
         "live_bytes_lower_bound": device.lower_bound_bytes,
         "persistent_bytes": device.persistent_bytes,
         # parameters, optimizer state and data: inside the arena for the runtime, in the
@@ -233,38 +256,63 @@ def plan_fixture(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
                                  if b.id in set(plan.graph_inputs.values())),
         "predicted_step_seconds": plan.predicted_seconds,
         "profile_seconds": profile_s,
+        "segments_former_cap": sum(isinstance(u, Segment) for u in former),
     }
 
 
-def bench_fixture(name: str, args, tmp: Path) -> dict:
-    plan_path, row = plan_fixture(name, args.time_limit, tmp)
-    model = str(FIXTURE_DIR / f"{name}.onnx")
-    inputs = str(FIXTURE_DIR / f"{name}.inputs.npz")
+def bench_case(name: str, args: argparse.Namespace, tmp: Path) -> dict:
+    from runtime.measure import HOST_OVERHEAD_BYTES
+
+    plan_path, row = plan_case(name, args.time_limit, tmp)
+    model, inputs = (str(p) for p in case_files(name))
+    small = name not in BENCH_MODELS
+    runs, steps = (args.runs, args.steps) if small else (args.model_runs, args.model_steps)
     memory = {}
     for mode in MEMORY_MODES:
-        runs = [spawn("--worker-memory", mode, model, str(plan_path), inputs, str(args.steps))
-                for _ in range(args.runs)]
-        memory[mode] = {
-            "setup_and_first_step": statistics.median(r["setup_and_first_step"] for r in runs),
-            "later_steps": statistics.median(r["later_steps"] for r in runs),
-            "setup_and_first_step_runs": [r["setup_and_first_step"] for r in runs],
-            "later_steps_runs": [r["later_steps"] for r in runs],
-            "later_steps_each_first_run": runs[0]["later_steps_each"],
-            "onnxruntime_init": statistics.median(r["onnxruntime_init"] for r in runs),
-            "reset_ok": all(r["reset_ok"] for r in runs),
-        }
+        found = [spawn("--worker-memory", mode, model, str(plan_path), inputs, str(steps))
+                 for _ in range(runs)]
+        memory[mode] = {key: statistics.median(r[key] for r in found) for key in
+                        ("onnxruntime_init", "setup", "steps_peak", "first_step",
+                         "later_steps_add", "total_peak")}
+        memory[mode]["steps_peak_runs"] = [r["steps_peak"] for r in found]
+        memory[mode]["steps_each_first_run"] = found[0]["steps_each"]
+        memory[mode]["reset_ok"] = all(r["reset_ok"] for r in found)
     row["memory"] = memory
-    row["ort_profiler"] = ort_arena_stats(model, inputs)
-    row["time"] = spawn("--worker-time", model, str(plan_path), inputs, str(args.time_steps),
-                        str(args.warmup))
-    wall, cpu = row["time"]["wall_median"], row["time"]["cpu_median"]
+    runtime = memory["runtime"]
+    row["bound"] = {
+        "overhead_bytes": HOST_OVERHEAD_BYTES,
+        "steps_peak_over_reserved": runtime["steps_peak"] - row["reserved_bytes"],
+        "total_peak_over_reserved": runtime["total_peak"] - row["reserved_bytes"],
+        "steps_within": runtime["steps_peak"] <= row["reserved_bytes"] + HOST_OVERHEAD_BYTES,
+    }
+    time_steps, warmup = (args.time_steps, args.warmup) if small else (args.model_time_steps, 2)
+    groups = SMALL_TIME_GROUPS if small else LARGE_TIME_GROUPS
+    row["time_runs"] = [spawn("--worker-time", model, str(plan_path), inputs, str(time_steps),
+                              str(warmup), ",".join(group)) for group in groups]
+    base, threads, ort_threads = (row["time_runs"][0], row["time_runs"][-2 if not small else 0],
+                                  row["time_runs"][-1])
+    wall, cpu = base["wall_median"], base["cpu_median"]
+    row["time"] = {"wall_median": wall, "cpu_median": cpu,
+                   "segments": base["segments"]["runtime"],
+                   "threads_wall_median": {
+                       "runtime": threads["wall_median"]["runtime"],
+                       "runtime_t2": threads["wall_median"]["runtime_t2"],
+                       "ort_default": ort_threads["wall_median"]["ort_default"],
+                       "ort_default_t2": ort_threads["wall_median"]["ort_default_t2"]}}
+    t = row["time"]["threads_wall_median"]
     row["ratios"] = {
         "wall_vs_ort_default": wall["runtime"] / wall["ort_default"],
         "cpu_vs_ort_default": cpu["runtime"] / cpu["ort_default"],
-        "wall_vs_ort_lean": wall["runtime"] / wall["ort_lean"],
-        "wall_vs_ort_iobinding": wall["runtime"] / wall["ort_iobinding"],
-        "per_op_wall_vs_ort_default": wall["runtime_per_op"] / wall["ort_default"],
+        "t2_wall_vs_ort_default_t2": t["runtime_t2"] / t["ort_default_t2"],
+        "runtime_speedup_t2": t["runtime"] / t["runtime_t2"],
+        "ort_default_speedup_t2": t["ort_default"] / t["ort_default_t2"],
     }
+    if small:
+        extra = base["segments"]["runtime_per_op"] - base["segments"]["runtime"]
+        row["ratios"]["wall_vs_ort_lean"] = wall["runtime"] / wall["ort_lean"]
+        row["ratios"]["per_op_wall_vs_ort_default"] = wall["runtime_per_op"] / wall["ort_default"]
+        row["segment_cost_seconds"] = (
+            (cpu["runtime_per_op"] - cpu["runtime"]) / extra if extra > 0 else None)
     if row["predicted_step_seconds"]:
         row["ratios"]["wall_vs_predicted"] = wall["runtime"] / row["predicted_step_seconds"]
     return row
@@ -289,59 +337,83 @@ def kib(n: float | None) -> str:
     return "-" if n is None else f"{n / 1024:,.0f}"
 
 
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
 def write_markdown(results: dict, path: Path) -> None:
-    m = results["machine"]
+    m, settings = results["machine"], results["settings"]
     lines = [
-        "# Runtime benchmark (CPU, threads=1)",
+        "# Runtime benchmark (CPU)",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores (shared), onnxruntime {m['onnxruntime']}, "
-        f"load average at start {[round(x, 2) for x in m['load_average']]}. Plans at 100% "
-        f"budget; medians of {results['settings']['runs']} fresh processes for memory, of "
-        f"{results['settings']['time_steps']} interleaved steps for time.",
+        f"load average at start {[round(x, 2) for x in m['load_average']]}, at end "
+        f"{[round(x, 2) for x in results.get('load_average_end', [])]}. Plans at 100% budget "
+        "(the model as sent, graph optimizations off), kernel workspace from the profile. "
+        f"Memory: medians of {settings['runs']} fresh processes per fixture "
+        f"({settings['model_runs']} per bench-scale graph), {settings['steps']} "
+        f"({settings['model_steps']}) steps. Time: medians of {settings['time_steps']} "
+        f"({settings['model_time_steps']}) interleaved steps.",
         "",
-        "## Memory (KiB)",
+        "## Memory: the process's peak during the steps against the plan (KiB)",
         "",
-        "| fixture | arena | live-bytes bound | of which graph inputs | ORT arena in use "
-        "(profiler) | ORT in use + graph inputs | ORT arena held (profiler) | runtime: setup + "
-        "step 1 | runtime: later steps | ORT default: setup + step 1 | ORT default: later steps "
-        "| ORT lean: setup + step 1 | ORT lean: later steps |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"Fixed per-process overhead stated by the runtime (runtime.measure): "
+        f"{kib(results['overhead_bytes'])} KiB.",
+        "",
+        "| case | arena | workspace | reserved (arena + workspace) | runtime: setup | runtime: "
+        "steps peak | of which later steps | steps peak - reserved | runtime: total peak - "
+        "reserved | ORT default: steps peak | ORT default: total peak | ORT lean: total peak |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, r in results["fixtures"].items():
-        mem = r["memory"]
-        in_use = r["ort_profiler"]["arena_in_use_peak"]
+    for name, r in results["cases"].items():
+        mem, bound = r["memory"], r["bound"]
         lines.append(
-            f"| {name} | {kib(r['arena_bytes'])} | {kib(r['live_bytes_lower_bound'])} | "
-            f"{kib(r['graph_input_bytes'])} | {kib(in_use)} | "
-            f"{kib(None if in_use is None else in_use + r['graph_input_bytes'])} | "
-            f"{kib(r['ort_profiler']['arena_held'])} | "
-            f"{kib(mem['runtime']['setup_and_first_step'])} | "
-            f"{kib(mem['runtime']['later_steps'])} | "
-            f"{kib(mem['ort_default']['setup_and_first_step'])} | "
-            f"{kib(mem['ort_default']['later_steps'])} | "
-            f"{kib(mem['ort_lean']['setup_and_first_step'])} | "
-            f"{kib(mem['ort_lean']['later_steps'])} |"
+            f"| {name} | {kib(r['arena_bytes'])} | {kib(r['workspace_bytes'])} | "
+            f"{kib(r['reserved_bytes'])} | {kib(mem['runtime']['setup'])} | "
+            f"{kib(mem['runtime']['steps_peak'])} | {kib(mem['runtime']['later_steps_add'])} | "
+            f"{kib(bound['steps_peak_over_reserved'])} | "
+            f"{kib(bound['total_peak_over_reserved'])} | "
+            f"{kib(mem['ort_default']['steps_peak'])} | {kib(mem['ort_default']['total_peak'])} "
+            f"| {kib(mem['ort_lean']['total_peak'])} |"
         )
     lines += [
         "",
-        "## Step time (ms, median)",
+        "## Step time, 1 intra-op thread (ms, median)",
         "",
-        "| fixture | ops | kernel sessions | runtime | runtime CPU | runtime per-op sessions | "
-        "ORT default | ORT default CPU | ORT lean | ORT IOBinding (no feedback) | "
-        "plan predicted | runtime / ORT default (wall) | (CPU) | per-op / ORT default |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| case | ops | segments (former cap of 1024) | runtime | runtime CPU | ORT default | "
+        "ORT default CPU | ORT lean | runtime / ORT default (wall) | (CPU) | per-op sessions | "
+        "cost of a segment (us, CPU) | plan predicted |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, r in results["fixtures"].items():
+    for name, r in results["cases"].items():
         w, c, q = r["time"]["wall_median"], r["time"]["cpu_median"], r["ratios"]
+        cost = r.get("segment_cost_seconds")
         predicted = r["predicted_step_seconds"]
         lines.append(
-            f"| {name} | {r['ops']} | {r['time']['segments']} | {w['runtime'] * 1e3:.2f} | "
-            f"{c['runtime'] * 1e3:.2f} | {w['runtime_per_op'] * 1e3:.2f} | "
-            f"{w['ort_default'] * 1e3:.2f} | {c['ort_default'] * 1e3:.2f} | "
-            f"{w['ort_lean'] * 1e3:.2f} | {w['ort_iobinding'] * 1e3:.2f} | "
-            f"{'-' if not predicted else f'{predicted * 1e3:.2f}'} | "
-            f"{q['wall_vs_ort_default']:.2f} | {q['cpu_vs_ort_default']:.2f} | "
-            f"{q['per_op_wall_vs_ort_default']:.2f} |"
+            f"| {name} | {r['ops']} | {r['time']['segments']} ({r['segments_former_cap']}) | "
+            f"{ms(w['runtime'])} | {ms(c['runtime'])} | {ms(w['ort_default'])} | "
+            f"{ms(c['ort_default'])} | {ms(w['ort_lean']) if 'ort_lean' in w else '-'} | "
+            f"{q['wall_vs_ort_default']:.2f} | "
+            f"{q['cpu_vs_ort_default']:.2f} | "
+            f"{ms(w['runtime_per_op']) if 'runtime_per_op' in w else '-'} | "
+            f"{'-' if cost is None else f'{cost * 1e6:.1f}'} | "
+            f"{'-' if not predicted else ms(predicted)} |"
+        )
+    lines += [
+        "",
+        "## Threads: 1 and 2 intra-op threads (ms, median wall time, interleaved)",
+        "",
+        "| case | runtime 1 | runtime 2 | speedup | ORT default 1 | ORT default 2 | speedup | "
+        "runtime / ORT default at 2 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results["cases"].items():
+        w, q = r["time"]["threads_wall_median"], r["ratios"]
+        lines.append(
+            f"| {name} | {ms(w['runtime'])} | {ms(w['runtime_t2'])} | "
+            f"{q['runtime_speedup_t2']:.2f} | {ms(w['ort_default'])} | "
+            f"{ms(w['ort_default_t2'])} | {q['ort_default_speedup_t2']:.2f} | "
+            f"{q['t2_wall_vs_ort_default_t2']:.2f} |"
         )
     lines += ["", *results["notes"], ""]
     path.write_text("\n".join(lines))
@@ -349,64 +421,46 @@ def write_markdown(results: dict, path: Path) -> None:
 
 NOTES = [
     "Reading the tables:",
-    "- The runtime's arena holds everything of the step, graph inputs included (parameters, "
-    "optimizer state, data); ONNX Runtime's arena (its profiler's `mem_in_use_peak` / "
-    "`mem_arena_held`, one step with default settings) holds intermediates and outputs, while "
-    "the graph inputs stay in the caller's numpy arrays: compare the arena with *ORT in use + "
-    "graph inputs* (what ONNX Runtime needs at least) and *arena held* (what it keeps).",
-    "- Wall times on this shared 2-core machine swing with other processes (see the load "
-    "average); the calling thread's CPU time (threads=1: kernels run on the calling thread) "
-    "does not, and is the figure to compare.",
-    "- *arena* is the runtime's one allocation for the step (exact bytes; the live-bytes bound "
-    "is the least any layout of this schedule can use). Peak-RSS growth is noisy under glibc "
-    "malloc (REFERENCES.md): page-granular, and it includes onnxruntime's own kernel scratch, "
-    "session structures and, for ONNX Runtime, the outputs it returns each step.",
+    "- *reserved* is what the plan claims on the host: the arena (exact bytes, everything of the "
+    "step: parameters, optimizer state, data, activations) plus the device's kernel workspace "
+    "(the largest scratch one op takes, measured by ONNX Runtime's profiler when profiling, plus "
+    "outputs the plan does not keep). ONNX Runtime's figures hold the caller's input arrays "
+    "outside: they were loaded before every baseline.",
+    "- *steps peak*: the process's VmHWM during the steps over its resident set after setup "
+    "(runner built, inputs written): the arena's page-in, kernel scratch and anything else the "
+    "steps allocate. *total peak*: the same peak over the resident set before setup, so session "
+    "structures count too. A figure minus *reserved* is what the plan does not account for: it "
+    "must stay within the fixed overhead.",
     "- onnxruntime's process-wide start-up (~10 MB, the same for every variant) is paid by a "
     "one-node session before measuring and is not in these figures.",
-    "- *setup + step 1* of the runtime includes its arena's copy of the graph inputs (the "
-    "caller's arrays, loaded before the baseline, stay alive in every variant).",
-    "- *setup + step 1* counts building the session(s) too (the runtime's sessions per segment, "
-    "ONNX Runtime's one session); *later steps* is what a training loop keeps adding per step "
-    "after the first: ~0 for the runtime (everything lives in the arena; kernel scratch is "
-    "malloc'd and returned).",
     "- ORT default = `InferenceSession` defaults (CPU memory arena, memory pattern, all graph "
     "optimizations); ORT lean = arena, memory pattern and optimizations off (the settings of the "
     "runtime's kernel sessions, hence the bit-identical results `--check` reports).",
-    "- Time: the runtime runs every compute step of a segment (consecutive ops on one device; "
-    "at 100% budget usually the whole step) in one session, so per-op session overhead is paid "
-    "once per segment; the per-op column shows what one session per op costs. The plan's "
-    "prediction is the sum of per-op medians measured in isolation (planner.profile).",
-    "",
-    "Findings (this run; repeated runs on this loaded machine move CPU-time ratios by ~10%):",
-    "- Step time: at 100% budget the runtime is at 0.6-1.15x of ONNX Runtime's whole-graph "
-    "session in CPU time (target <= 1.15x): each fixture runs as one or two sessions whose "
-    "outputs are pre-bound to the arena, so no outputs are allocated or converted per step, "
-    "which ONNX Runtime's `session.run` does. One session per op costs 1.1-2.4x (per-run "
-    "overhead of a few microseconds times hundreds of ops): fusing consecutive steps into one "
-    "session is what meets the target.",
-    "- Memory: the arena (everything of the step, inputs included) is 0.7-0.95x of what ONNX "
-    "Runtime needs at least for the same step (its arena's in-use peak plus the graph inputs "
-    "it reads from the caller) and 0.06-0.9x of the arena it holds. Later steps add ~0-0.4 MiB "
-    "(glibc settling the heap for kernel scratch during the first steps, then flat) where "
-    "ONNX Runtime's default session keeps growing (memory pattern, fresh outputs): up to 14 "
-    "MiB. Setup + step 1 is 0.97-1.16x ONNX Runtime's: at these model sizes it is "
-    "dominated by session structures (a session per segment, about as large as the "
-    "whole-graph session) and the process's copy of the inputs, not by tensors.",
+    "- Time: wall times on this shared 2-core machine swing with other processes (see the load "
+    "average); with 1 thread the calling thread's CPU time does not, and is the figure to "
+    "compare. The runtime runs each segment of consecutive compute steps as one session; "
+    "*cost of a segment* is (per-op sessions - segments) CPU time over the extra sessions. The "
+    "plan's prediction is the sum of per-op medians measured in isolation (planner.profile).",
 ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fixtures", nargs="*", default=list(DEFAULT_FIXTURES))
+    parser.add_argument("--cases", nargs="*", default=[*DEFAULT_FIXTURES, *BENCH_MODELS])
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per memory figure")
-    parser.add_argument("--steps", type=int, default=10, help="later steps in memory runs")
+    parser.add_argument("--model-runs", type=int, default=1,
+                        help="fresh processes per memory figure of a bench-scale graph")
+    parser.add_argument("--steps", type=int, default=10, help="steps in memory runs")
+    parser.add_argument("--model-steps", type=int, default=4)
     parser.add_argument("--time-steps", type=int, default=30, help="timed steps per variant")
+    parser.add_argument("--model-time-steps", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=10.0, help="planner time limit")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--worker-memory", nargs=5, metavar=("MODE", "MODEL", "PLAN", "NPZ", "N"),
                         help=argparse.SUPPRESS)
-    parser.add_argument("--worker-time", nargs=5, metavar=("MODEL", "PLAN", "NPZ", "N", "W"),
+    parser.add_argument("--worker-time", nargs=6,
+                        metavar=("MODEL", "PLAN", "NPZ", "N", "W", "VARIANTS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_memory:
@@ -414,29 +468,37 @@ def main() -> int:
         print(json.dumps(worker_memory(mode, model, plan, npz, int(n))))
         return 0
     if args.worker_time:
-        model, plan, npz, n, w = args.worker_time
-        print(json.dumps(worker_time(model, plan, npz, int(n), int(w))))
+        model, plan, npz, n, w, variants = args.worker_time
+        print(json.dumps(worker_time(model, plan, npz, int(n), int(w), variants.split(","))))
         return 0
 
-    results = {
+    from runtime.measure import HOST_OVERHEAD_BYTES
+
+    results: dict = {
         "machine": machine(),
-        "settings": {"runs": args.runs, "steps": args.steps, "time_steps": args.time_steps,
-                     "warmup": args.warmup, "threads": 1, "time_limit": args.time_limit},
-        "fixtures": {},
+        "settings": {"runs": args.runs, "model_runs": args.model_runs, "steps": args.steps,
+                     "model_steps": args.model_steps, "time_steps": args.time_steps,
+                     "model_time_steps": args.model_time_steps, "warmup": args.warmup,
+                     "time_limit": args.time_limit},
+        "overhead_bytes": HOST_OVERHEAD_BYTES,
+        "cases": {},
         "notes": NOTES,
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.fixtures:
-            started = time.perf_counter()
-            results["fixtures"][name] = bench_fixture(name, args, Path(tmp))
-            r = results["fixtures"][name]
-            print(f"{name}: arena {r['arena_bytes']} B, runtime/ORT default "
-                  f"{r['ratios']['wall_vs_ort_default']:.2f}x wall, "
-                  f"{r['ratios']['cpu_vs_ort_default']:.2f}x CPU "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
-    write_markdown(results, args.out / "results.md")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.cases:
+            started = time.perf_counter()
+            results["cases"][name] = r = bench_case(name, args, Path(tmp))
+            print(f"{name}: reserved {r['reserved_bytes']} B (workspace {r['workspace_bytes']}), "
+                  f"steps peak - reserved {r['bound']['steps_peak_over_reserved']} B; runtime/ORT "
+                  f"default {r['ratios']['wall_vs_ort_default']:.2f}x wall, "
+                  f"{r['ratios']['cpu_vs_ort_default']:.2f}x CPU; 2 threads "
+                  f"{r['ratios']['runtime_speedup_t2']:.2f}x faster (ORT "
+                  f"{r['ratios']['ort_default_speedup_t2']:.2f}x) "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+            results["load_average_end"] = list(os.getloadavg())
+            (args.out / "results.json").write_text(json.dumps(results, indent=1))
+            write_markdown(results, args.out / "results.md")
     print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
     return 0
 
