@@ -41,14 +41,20 @@ class PipelineShares:
 @dataclass(frozen=True)
 class RematShares:
     """Where each phase of one `plan_remat` call must stop, as shares of its time limit: the
-    heuristics win on the largest graphs, LP rounding on some mid-sized ones, CP-SAT (model
-    build included) on the rest and supplies the bound. `heuristics_alone`: the heuristics'
-    share when no solver runs. `repair`: the share of what is left that CP-SAT may spend pushing
-    the peak down to the budget when no heuristic fits (planner.remat.solve)."""
+    eviction simulation (planner.remat.evict) first, then the stage heuristics (they win on
+    mid-sized graphs), LP rounding, CP-SAT (model build included; it supplies the model's
+    bound), and the fill pass (planner.remat.fill) has the rest. Past their share the
+    heuristics stop once one of them fits, and at `last_resort` in any case.
+    `heuristics_alone`: their share in a feasibility probe (no solver, no fill). `repair`: the
+    share of what is left that CP-SAT may spend pushing the peak down to the budget when no
+    heuristic fits (planner.remat.solve)."""
 
-    heuristics: float = 0.6
-    lp_rounding: float = 0.75
+    evict: float = 0.2
+    heuristics: float = 0.5
+    lp_rounding: float = 0.6
+    solver_until: float = 0.85
     heuristics_alone: float = 0.9
+    last_resort: float = 0.85
     repair: float = 0.5
 
 

@@ -119,3 +119,28 @@ def free_after_last_read(graph: Graph, events: Sequence[Event], home: dict[int, 
 def home_on(graph: Graph, device: str) -> dict[int, str]:
     """`Schedule.home` with one home device: graph inputs, constants and outputs all on it."""
     return {t.id: device for t in graph.tensors if t.producer is None or t.is_graph_output}
+
+
+def drop_dead_recomputations(g: Graph, events: Sequence[Event], home: dict[int, str]
+                             ) -> list[Event]:
+    """`events` (computes and copies) without the recomputations and copies none of whose
+    outputs is read before it is replaced: a recomputed segment may hold ops nobody needs, and
+    a recomputation dropped by a search leaves its inputs' recomputations dead."""
+    pending = {(t, home[t]) for t in g.outputs}
+    live: list[Event] = []
+    for event in reversed(events):
+        if isinstance(event, Compute):
+            op = g.ops[event.op]
+            outs = [(t, event.device) for t in op.output_ids]
+            if event.recompute and not any(o in pending for o in outs):
+                continue
+            pending.difference_update(outs)
+            pending.update((t, event.device) for t in op.input_ids)
+        elif isinstance(event, Copy):
+            if (event.tensor, event.dst) not in pending:
+                continue
+            pending.discard((event.tensor, event.dst))
+            pending.add((event.tensor, event.src))
+        live.append(event)
+    live.reverse()
+    return live

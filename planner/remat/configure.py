@@ -87,6 +87,9 @@ TIERS = (
            jit_depth=depth) for depth in (4, 2, 1, 0)),
 )
 
+# The heuristics' op-level problem (not a model tier: no CP-SAT runs on it).
+FINE_TIER = Tier("ops-backward", "after_forward", small_values_kept=True)
+
 
 @dataclass(frozen=True)
 class Configured:
@@ -107,44 +110,17 @@ def configure(
     memory_unit: int = 64, size_limit: int = SIZE_LIMIT, exact_node_limit: int = EXACT_NODE_LIMIT,
     tighten: bool = True,
 ) -> Configured:
-    devices = tuple(budget_bytes)
-    home = home_device(budget_bytes)
-    base = RematOptions(memory_unit=memory_unit)
-    recomputable, forward_end = forward_phase(graph, order, base)
-    reductions = [
-        Reduction("fixed order", False, "Checkmate's premise: the order of first computations "
-                  "is given"),
-        Reduction("forward-phase recomputation", False, "only ops the order runs before the "
-                  "last forward op, not writing outputs or state, deterministic, are recomputed"),
-        Reduction("home device", False, f"sources, constants, state and outputs live on {home};"
-                  " output and state-update ops run there once"),
-        Reduction("presolve", True, "fixed variables, event runs, dominated memory rows, no "
-                  "recompute or copy of a resident value"),
-    ]
-    sharing = state_updates(graph)
-    if sharing.view_source or sharing.candidates:
-        reductions.append(Reduction(
-            "storage sharing counted apart", False, "views and in-place writes other than "
-            "state updates are counted as bytes of their own; every schedule is replayed with "
-            "them (planner.memory.replay) before it is judged against the budgets"))
-    if tighten:
-        tightened = tighten_order(graph, order, set(range(len(graph.ops))) - recomputable,
-                                  forward_end)
-        if list(tightened) != list(order):
-            reductions.append(Reduction("tightened order", False, "ops never recomputed moved "
-                                        "next to their data (planner.remat.reorder)"))
-        order = tightened
-    budget_units = min(budget_bytes.values()) // memory_unit
-    tiny = max(1, budget_units // 4000)
+    setup = _setup(graph, order, costs, budget_bytes, memory_unit, tighten)
+    devices, order, recomputable = setup.devices, setup.order, setup.recomputable
     multi = len(devices) > 1
     fine = None
     for tier in TIERS:
         segments = tier.segments(len(recomputable))
-        options = _options(tier, memory_unit, tiny)
+        options = _options(tier, memory_unit, setup.tiny)
         units = coarse_groups(graph, order, recomputable, segments) if segments else None
         groups = _fixed_runs(graph, order, recomputable, units) if multi and units else None
         problem = build_problem(
-            graph, order, costs, devices=devices, home=home, options=options,
+            graph, order, costs, devices=devices, home=setup.home, options=options,
             recomputable=recomputable, units=units, groups=groups,
         )
         size = _recompute_variables(problem)
@@ -154,14 +130,70 @@ def configure(
             break
     memory: MemoryModel = "exact" if (tier.exact_memory and not multi
                                       and len(problem.nodes) <= exact_node_limit) else "stage"
-    extra = _tier_reductions(tier, options, segments, memory, tiny)
-    problem = replace(problem, reductions=tuple(reductions + extra))
+    extra = _tier_reductions(tier, options, segments, memory, setup.tiny)
+    problem = replace(problem, reductions=tuple(setup.reductions + extra))
     if fine is None:
-        fine = problem if not segments else build_problem(
-            graph, order, costs, devices=devices, home=home, recomputable=recomputable,
-            options=RematOptions(memory_unit=memory_unit, window="after_forward",
-                                 tiny_units=tiny))
+        fine = problem if not segments else _fine(graph, costs, setup, memory_unit)
     return Configured(problem, memory, tier.label(segments), fine)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What every tier shares: devices, home, the (tightened) order, the recomputable ops,
+    the reductions all tiers apply, and the small-value threshold in units."""
+
+    devices: tuple[str, ...]
+    home: str
+    order: Sequence[int]
+    recomputable: set[int]
+    reductions: list[Reduction]
+    tiny: int
+
+
+def base_reductions(graph: Graph, home: str) -> list[Reduction]:
+    """The reductions every schedule of plan_remat makes, whichever search made it."""
+    reductions = [
+        Reduction("fixed order", False, "Checkmate's premise: the order of first computations "
+                  "is given"),
+        Reduction("forward-phase recomputation", False, "only ops the order runs before the "
+                  "last forward op, not writing outputs or state, deterministic, are recomputed"),
+        Reduction("home device", False, f"sources, constants, state and outputs live on {home};"
+                  " output and state-update ops run there once"),
+    ]
+    sharing = state_updates(graph)
+    if sharing.view_source or sharing.candidates:
+        reductions.append(Reduction(
+            "storage sharing counted apart", False, "views and in-place writes other than "
+            "state updates are counted as bytes of their own; every schedule is replayed with "
+            "them (planner.memory.replay) before it is judged against the budgets"))
+    return reductions
+
+
+def _setup(graph: Graph, order: Sequence[int], costs: CostTable,
+           budget_bytes: Mapping[str, int], memory_unit: int, tighten: bool) -> _Setup:
+    devices = tuple(budget_bytes)
+    home = home_device(budget_bytes)
+    base = RematOptions(memory_unit=memory_unit)
+    recomputable, forward_end = forward_phase(graph, order, base)
+    reductions = base_reductions(graph, home)
+    reductions.insert(3, Reduction("presolve", True, "fixed variables, event runs, dominated "
+                                   "memory rows, no recompute or copy of a resident value"))
+    if tighten:
+        tightened = tighten_order(graph, order, set(range(len(graph.ops))) - recomputable,
+                                  forward_end)
+        if list(tightened) != list(order):
+            reductions.append(Reduction("tightened order", False, "ops never recomputed moved "
+                                        "next to their data (planner.remat.reorder)"))
+        order = tightened
+    tiny = max(1, min(budget_bytes.values()) // memory_unit // 4000)
+    return _Setup(devices, home, order, recomputable, reductions, tiny)
+
+
+def _fine(graph: Graph, costs: CostTable, setup: _Setup, memory_unit: int) -> RematProblem:
+    """Single ops, recomputed after the forward phase, small values kept whole."""
+    return build_problem(
+        graph, setup.order, costs, devices=setup.devices, home=setup.home,
+        recomputable=setup.recomputable, options=_options(FINE_TIER, memory_unit, setup.tiny))
 
 
 def _options(tier: Tier, memory_unit: int, tiny: int) -> RematOptions:

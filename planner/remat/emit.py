@@ -15,8 +15,15 @@ Then two passes that only ever lower time and memory:
 
 from __future__ import annotations
 
-from planner.ir.graph import Graph
-from planner.memory.schedule import Compute, Copy, Event, Schedule, free_after_last_read, home_on
+from planner.memory.schedule import (
+    Compute,
+    Copy,
+    Event,
+    Schedule,
+    drop_dead_recomputations,
+    free_after_last_read,
+    home_on,
+)
 from planner.remat.decision import Decision
 from planner.remat.problem import RematProblem
 
@@ -41,26 +48,5 @@ def emit_schedule(problem: RematProblem, decision: Decision) -> Schedule:
             for v, src, dst in after.get((k, d), []):
                 skeleton.extend(Copy(x, src, dst) for x in p.values[v].tensors)
     home = home_on(g, p.home)
-    kept = _drop_dead(g, skeleton, home)
+    kept = drop_dead_recomputations(g, skeleton, home)
     return Schedule(events=tuple(free_after_last_read(g, kept, home)), home=home)
-
-
-def _drop_dead(g: Graph, events: list[Event], home: dict[int, str]) -> list[Event]:
-    pending = {(t, home[t]) for t in g.outputs}
-    live: list[Event] = []
-    for event in reversed(events):
-        if isinstance(event, Compute):
-            op = g.ops[event.op]
-            outs = [(t, event.device) for t in op.output_ids]
-            if event.recompute and not any(o in pending for o in outs):
-                continue
-            pending.difference_update(outs)
-            pending.update((t, event.device) for t in op.input_ids)
-        elif isinstance(event, Copy):
-            if (event.tensor, event.dst) not in pending:
-                continue
-            pending.discard((event.tensor, event.dst))
-            pending.add((event.tensor, event.src))
-        live.append(event)
-    live.reverse()
-    return live

@@ -10,7 +10,8 @@ cheapest that fits is a valid answer on its own and a fallback for the CP-SAT se
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from planner.memory.schedule import Schedule
@@ -33,22 +34,22 @@ from planner.remat.problem import RematProblem
 # replays within the true one where the true budget's run dead-ends; rounds make sure a short
 # time limit still tries every policy once before any factor is tried twice.
 POLICIES: tuple[tuple[Policy, float | None], ...] = (
-    ("hybrid", 0.25), ("greedy", None), ("hybrid", 0.1), ("hybrid", 0.05),
+    ("greedy", None), ("hybrid", 0.25), ("hybrid", 0.1), ("hybrid", 0.05),
 )
 FACTORS = (1.0, 0.95, 1.05, 0.9, 1.1, 0.975, 0.85, 1.25, 0.925, 1.5)
 RUNS = tuple((policy, share, factor) for factor in FACTORS for policy, share in POLICIES)
 # The policies tried at each factor of a given `scan`.
 SCAN_POLICIES: tuple[tuple[Policy, float | None], ...] = (("greedy", None), ("hybrid", 0.25))
-# Keep-everything, Chen's sqrt(n) and every policy at the true budget run whatever the deadline:
-# the planner must never do worse than these baselines.
-ALWAYS_RUN = 2 + len(POLICIES)
 
 
 @dataclass(frozen=True)
 class Candidate:
+    """A replayed schedule; `problem` and `decision` where a stage-model search made it (None
+    for the op-level ones: planner.remat.evict, planner.remat.fill)."""
+
     name: str
-    problem: RematProblem
-    decision: Decision
+    problem: RematProblem | None
+    decision: Decision | None
     schedule: Schedule
     stats: ScheduleStats
 
@@ -64,49 +65,65 @@ def replay(problem: RematProblem, decision: Decision, costs: CostTable, name: st
 
 
 def _runs(problem: RematProblem, device: str, budget_units: int, scan: Iterable[float] | None,
-          actual: bool) -> Iterator[tuple[str, ExecutionResult]]:
+          actual: bool) -> list[tuple[str, Callable[[], ExecutionResult]]]:
+    """The runs, most promising first: the policies at the true budget, then Chen's sqrt(n)
+    and keep-everything (the baselines the planner must never lose to), then the other budget
+    factors. Each is a thunk, so that a deadline can stop before the next one starts."""
     total = sum(problem.values[v].size for n in problem.nodes if n.recomputable
                 for v in n.values)
-    yield "keep", execute(problem, device, "keep")
-    yield "sqrt", execute(problem, device, "checkpoints", checkpoints=sqrt_checkpoints(problem))
     runs = RUNS if scan is None else [(p, s, f) for f in scan for p, s in SCAN_POLICIES]
-    for policy, share, factor in runs:
-        budget = int(budget_units * factor)
+    first_round = len(POLICIES) if scan is None else len(SCAN_POLICIES)
+
+    def policy_run(policy: Policy, share: float | None, factor: float
+                   ) -> Callable[[], ExecutionResult]:
         marks = threshold_checkpoints(problem, int(total * share)) if share else ()
-        name = f"{policy}{share or ''}@{factor:g}"
-        yield name, execute(problem, device, policy, budget=budget, checkpoints=marks,
-                            actual=actual)
+        return lambda: execute(problem, device, policy, budget=int(budget_units * factor),
+                               checkpoints=marks, actual=actual)
+
+    named = [(f"{policy}{share or ''}@{factor:g}", policy_run(policy, share, factor))
+             for policy, share, factor in runs]
+    baselines: list[tuple[str, Callable[[], ExecutionResult]]] = [
+        ("sqrt", lambda: execute(problem, device, "checkpoints",
+                                 checkpoints=sqrt_checkpoints(problem))),
+        ("keep", lambda: execute(problem, device, "keep")),
+    ]
+    return named[:first_round] + baselines + named[first_round:]
 
 
 def heuristic_candidates(
     problem: RematProblem, budget_bytes: Mapping[str, int], costs: CostTable, *,
-    scan: Iterable[float] | None = None, deadline: float | None = None, actual: bool = True,
+    scan: Iterable[float] | None = None, deadline: float | None = None,
+    last_resort: float | None = None, actual: bool = True,
 ) -> tuple[list[Candidate], int | None]:
     """(single-device candidates whose replayed peak fits `budget_bytes`, cheapest first;
-    the smallest replayed peak seen on the home device, fitting or not)."""
-    import time
+    the smallest replayed peak seen on the home device, fitting or not).
 
+    Runs stop at `deadline` once one of them fits, and at `last_resort` (default: `deadline`)
+    in any case; the first run always completes."""
     fitting: list[Candidate] = []
     smallest: int | None = None
     seen: set[tuple] = set()
-    for device in (problem.home,):  # the executor keeps sources where they live
-        if any(device not in n.cost for n in problem.nodes):
+    device = problem.home  # the executor keeps sources where they live
+    if any(device not in n.cost for n in problem.nodes):
+        return fitting, smallest
+    units = budget_bytes[device] // problem.memory_unit
+    stop = last_resort if last_resort is not None else deadline
+    for k, (name, run) in enumerate(_runs(problem, device, units, scan, actual)):
+        now = time.perf_counter()
+        if k and ((deadline is not None and now > deadline and fitting)
+                  or (stop is not None and now > stop)):
+            break
+        result = run()
+        if result.decision is None:
             continue
-        units = budget_bytes[device] // problem.memory_unit
-        for k, (name, result) in enumerate(_runs(problem, device, units, scan, actual)):
-            if k >= ALWAYS_RUN and deadline is not None and time.perf_counter() > deadline:
-                break
-            if result.decision is None:
-                continue
-            key = tuple(tuple(c) for c in result.decision.computes)
-            if key in seen:
-                continue
-            seen.add(key)
-            candidate = replay(problem, result.decision, costs, f"{name}@{device}")
-            peak = candidate.stats.peaks.get(device, 0)
-            if device == problem.home:
-                smallest = peak if smallest is None else min(smallest, peak)
-            if candidate.stats.fits(dict(budget_bytes)):
-                fitting.append(candidate)
+        key = tuple(tuple(c) for c in result.decision.computes)
+        if key in seen:
+            continue
+        seen.add(key)
+        candidate = replay(problem, result.decision, costs, f"{name}@{device}")
+        peak = candidate.stats.peaks.get(device, 0)
+        smallest = peak if smallest is None else min(smallest, peak)
+        if candidate.stats.fits(dict(budget_bytes)):
+            fitting.append(candidate)
     fitting.sort(key=lambda c: c.seconds)
     return fitting, smallest

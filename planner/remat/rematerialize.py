@@ -1,26 +1,34 @@
 """`plan_remat`: a schedule for a graph under per-device budgets, with an honest report.
 
-Graph + order + budgets (bytes) + costs -> the most faithful problem that fits the time limit
-(planner.remat.configure) -> heuristics and CP-SAT (planner.remat.solve) -> decisions -> a
-`planner.memory.schedule.Schedule` (planner.remat.emit), checked by replaying it (simulate)
-against the budgets. Memory is modelled in `memory_unit`-byte units, every tensor rounded up
-(the alignment of the arena), so the model never undercounts what the layout has to place.
+Graph + order + budgets (bytes) + costs -> with one device, the eviction simulation's schedules
+(planner.remat.evict: linear, any size) -> up to LARGE_GRAPH_OPS ops, the most faithful problem
+that fits the time limit (planner.remat.configure), its heuristics and CP-SAT
+(planner.remat.solve), decisions emitted as `planner.memory.schedule.Schedule`s
+(planner.remat.emit) -> the fastest schedules drop the recomputations the budget affords
+(planner.remat.fill). Every schedule is checked by replaying it (simulate) against the budgets;
+the bound is the larger of the crossing bound (planner.remat.bounds) and, when exact, the
+model's. The model counts memory in `memory_unit`-byte units, every tensor rounded up (the
+alignment of the arena), so it never undercounts what the layout has to place.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.ir.graph import Graph
 from planner.memory.liveness import order_lower_bound
 from planner.memory.schedule import Schedule
 from planner.memory.simulate import ScheduleStats, simulate
 from planner.profile.costs import CostTable
-from planner.remat.configure import configure
+from planner.remat.bounds import CrossingBound, crossing_bound
+from planner.remat.configure import base_reductions, configure
 from planner.remat.decision import Decision, evaluate
 from planner.remat.emit import emit_schedule
+from planner.remat.evict import evict_candidates
+from planner.remat.fill import fill_budget
 from planner.remat.heuristics import Candidate, heuristic_candidates, replay
 from planner.remat.lp_rounding import lp_rounding
 from planner.remat.problem import Reduction, RematProblem
@@ -30,6 +38,12 @@ from schemas.plan import SolverStatus
 
 # Runners-up kept beside the best schedule, for when its layout fragments past a budget.
 ALTERNATIVES = 8
+# Past this many ops neither LP rounding nor CP-SAT runs: on 4,000-op graphs the models the time
+# affords (segments of 15 ops) gave nothing but a bound, while their solves took most of the time
+# the heuristics and the fill pass use better (bench/remat).
+LARGE_GRAPH_OPS = 1500
+# How many of the fastest candidates the fill pass improves.
+FILLED = 3
 
 
 @dataclass(frozen=True)
@@ -89,43 +103,58 @@ def plan_remat(
 
     Heuristic schedules on the op-level problem, replayed against the true budgets, Checkmate's
     LP rounding on the chosen model, and the CP-SAT solution of that model (hinted with the best
-    of them it can express; replayed too) compete; the fastest replayed schedule that fits wins.
-    Status: OPTIMAL when it meets a lower bound valid for every schedule of the order (the
-    model's own bound when the model is exact); INFEASIBLE when the exact model (or the
-    op-footprint bound) rules the budgets out; FEASIBLE or UNKNOWN otherwise. The reduced
-    model's status and bound are reported beside (`model`).
+    of them it can express; replayed too) compete; the fastest ones then drop the recomputations
+    the budget can afford (planner.remat.fill), and the fastest replayed schedule that fits
+    wins. Past LARGE_GRAPH_OPS ops no model is solved: heuristics and the fill pass share the
+    time. Without `use_solver` (feasibility probes) the heuristics alone run. Status: OPTIMAL
+    when it meets a lower bound valid for every schedule of the order (the crossing bound,
+    planner.remat.bounds, or the model's own bound when the model is exact);
+    INFEASIBLE when the exact model, the op-footprint bound or the crossing bound rules the
+    budgets out; FEASIBLE or UNKNOWN otherwise. The reduced model's status and bound are
+    reported beside (`model`).
     """
     started = time.perf_counter()
+    shares = REMAT_SHARES
     if len(budget_bytes) == 1 and next(iter(budget_bytes.values())) < order_lower_bound(graph):
         return _below_lower_bound(graph, budget_bytes, costs, started)
+    crossing = _crossing(graph, order, budget_bytes, costs, memory_unit)
+    if crossing is not None and math.isinf(crossing.seconds):
+        return _crossing_infeasible(graph, budget_bytes, costs, started, crossing)
+    single = len(budget_bytes) == 1
+    evicted = (evict_candidates(graph, order, *next(iter(budget_bytes.items())), costs,
+                                alignment=memory_unit,
+                                deadline=started + shares.evict * time_limit) if single else [])
+    if single and len(graph.ops) > LARGE_GRAPH_OPS:
+        return _large(graph, order, budget_bytes, costs, memory_unit, started, time_limit,
+                      evicted, crossing, fill=use_solver)
     configured = configure(graph, order, costs, budget_bytes, memory_unit=memory_unit)
     problem = configured.problem
     exact = all(r.exact for r in problem.reductions)
     notes: list[str] = []
     # The time limit is shared out (planner.time_budget.REMAT_SHARES): heuristics, then LP
-    # rounding, then CP-SAT, each up to a deadline (the heuristics' runs are a fixed list, so a
-    # run cut short is the only source of irreproducibility: a slower machine tries fewer).
-    heuristics_share = (REMAT_SHARES.heuristics if use_solver
-                        else REMAT_SHARES.heuristics_alone)
-    deadline = started + heuristics_share * time_limit
-    candidates, smallest = heuristic_candidates(configured.fine, budget_bytes, costs,
-                                                deadline=deadline)
+    # rounding, then CP-SAT, then the fill pass, each up to a deadline.
+    heuristics_share = shares.heuristics if use_solver else shares.heuristics_alone
+    candidates, smallest = heuristic_candidates(
+        configured.fine, budget_bytes, costs, deadline=started + heuristics_share * time_limit,
+        last_resort=started + max(heuristics_share, shares.last_resort) * time_limit)
     if configured.fine is not problem:
         more, small2 = heuristic_candidates(problem, budget_bytes, costs, scan=(1.0,),
-                                            actual=False, deadline=deadline)
+                                            actual=False,
+                                            deadline=started + heuristics_share * time_limit)
         candidates = sorted(candidates + more, key=lambda c: c.seconds)
         if small2 is not None:
             smallest = small2 if smallest is None else min(smallest, small2)
-    if use_solver and len(budget_bytes) == 1:
+    candidates = sorted(candidates + evicted, key=lambda c: c.seconds)
+    if use_solver and single:
         # Checkmate's LP rounding on the model's problem: another candidate, and a hint.
-        lp_left = started + REMAT_SHARES.lp_rounding * time_limit - time.perf_counter()
+        lp_left = started + shares.lp_rounding * time_limit - time.perf_counter()
         lp = lp_rounding(problem, budget_bytes, costs, seed=seed, time_limit=max(0.5, lp_left))
         if lp.candidate is not None and lp.candidate.stats.fits(dict(budget_bytes)):
             candidates = sorted([*candidates, lp.candidate], key=lambda c: c.seconds)
     budget_units = {d: b // problem.memory_unit for d, b in budget_bytes.items()}
     solution = None
     if use_solver:
-        remaining = max(0.5, time_limit - (time.perf_counter() - started))
+        remaining = max(0.5, shares.solver_until * time_limit - (time.perf_counter() - started))
         solution = solve_problem(problem, budget_units, time_limit=remaining, workers=workers,
                                  seed=seed, memory=configured.memory,
                                  hint=_hint(problem, candidates, budget_units),
@@ -137,17 +166,30 @@ def plan_remat(
             else:
                 notes.append("the model's schedule replays over budget (a bug): not used")
         notes.extend(solution.notes)
+    unfilled = candidates
+    if use_solver:
+        candidates = _filled(graph, candidates, budget_bytes, costs, memory_unit,
+                             deadline=started + time_limit)
     model_bound = (solution.bound * problem.time_unit
                    if solution is not None and solution.bound is not None else None)
     model = ModelOutcome(configured.tier, configured.memory, problem.reductions, exact,
                          solution.status if solution else None, model_bound)
-    best = candidates[0] if candidates else None
-    lower = costs.fastest_seconds()
+    lower = max(costs.fastest_seconds(), crossing.seconds if crossing else 0.0)
     if exact and model_bound is not None:
         lower = max(lower, model_bound)
+    proven = solution is not None and solution.status == "INFEASIBLE" and exact
+    return _result(candidates, unfilled, lower, proven, model, costs, problem.home, smallest,
+                   notes, started)
+
+
+def _result(candidates: Sequence[Candidate], unfilled: Sequence[Candidate], lower: float,
+            proven_infeasible: bool, model: ModelOutcome, costs: CostTable, home: str,
+            smallest: int | None, notes: Sequence[str], started: float) -> RematResult:
+    """The fastest candidate, its status and gap against `lower` (a bound valid for every
+    schedule of the order), and the runners-up with lower peaks."""
+    best = candidates[0] if candidates else None
     if best is None:
-        proven = solution is not None and solution.status == "INFEASIBLE" and exact
-        status: SolverStatus = "INFEASIBLE" if proven else "UNKNOWN"
+        status: SolverStatus = "INFEASIBLE" if proven_infeasible else "UNKNOWN"
         gap = None
     else:
         objective = best.seconds
@@ -159,10 +201,62 @@ def plan_remat(
     return RematResult(
         best=best, status=status, bound_seconds=lower, gap=gap,
         seconds=time.perf_counter() - started, model=model,
-        keep_all_seconds=costs.sequential_seconds(problem.home), home=problem.home,
+        keep_all_seconds=costs.sequential_seconds(home), home=home,
         smallest_peak_bytes=smallest, notes=tuple(notes),
-        alternatives=_lower_peaks(best, candidates[1:]),
+        alternatives=_lower_peaks(best, [*candidates[1:], *unfilled]),
     )
+
+
+def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
+           costs: CostTable, memory_unit: int, started: float, time_limit: float,
+           evicted: Sequence[Candidate], crossing: CrossingBound | None, fill: bool
+           ) -> RematResult:
+    """One device, past LARGE_GRAPH_OPS ops: the eviction schedules and the fill pass, no model
+    (see LARGE_GRAPH_OPS)."""
+    device = next(iter(budget_bytes))
+    candidates = list(evicted)
+    if fill:
+        candidates = _filled(graph, candidates, budget_bytes, costs, memory_unit,
+                             deadline=started + time_limit)
+    reductions = (*base_reductions(graph, device), Reduction(
+        "no model solved", False, f"past {LARGE_GRAPH_OPS} ops: the eviction simulation "
+        "(planner.remat.evict) and the fill pass (planner.remat.fill) alone"))
+    model = ModelOutcome("evict", "replay", reductions, exact=False)
+    lower = max(costs.fastest_seconds(), crossing.seconds if crossing else 0.0)
+    smallest = min((c.stats.peaks.get(device, 0) for c in candidates), default=None)
+    return _result(candidates, evicted, lower, False, model, costs, device, smallest, (),
+                   started)
+
+
+def _crossing(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
+              costs: CostTable, memory_unit: int) -> CrossingBound | None:
+    """The crossing bound (planner.remat.bounds) with one device; None with several (a value
+    may then move to another device instead of being made again)."""
+    if len(budget_bytes) != 1:
+        return None
+    device, budget = next(iter(budget_bytes.items()))
+    return crossing_bound(graph, order, device, budget, costs, alignment=memory_unit)
+
+
+def _filled(graph: Graph, candidates: Sequence[Candidate], budget_bytes: Mapping[str, int],
+            costs: CostTable, memory_unit: int, deadline: float) -> list[Candidate]:
+    """The FILLED fastest distinct candidates with the recomputations the budget can afford
+    dropped (planner.remat.fill), each given an equal share of the time left; all candidates,
+    fastest first."""
+    out = list(candidates)
+    for k, candidate in enumerate(candidates[:FILLED]):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
+        if candidate.stats.recomputes == 0:
+            continue
+        share = left / (min(FILLED, len(candidates)) - k)
+        filled = fill_budget(graph, candidate.schedule, candidate.stats, budget_bytes, costs,
+                             alignment=memory_unit, deadline=time.perf_counter() + share)
+        if filled.dropped:
+            out.append(replace(candidate, name=f"{candidate.name}+fill",
+                               schedule=filled.schedule, stats=filled.stats))
+    return sorted(out, key=lambda c: c.seconds)
 
 
 def _hint(problem: RematProblem, candidates: Sequence[Candidate],
@@ -170,9 +264,10 @@ def _hint(problem: RematProblem, candidates: Sequence[Candidate],
     """The fastest candidate's decision the model can take as a hint: one made on the model's
     own problem that fits the model's budgets."""
     for candidate in candidates:
-        if candidate.problem is problem and evaluate(problem, candidate.decision).fits(
-                budget_units):
-            return candidate.decision
+        decision = candidate.decision
+        if candidate.problem is problem and decision is not None \
+                and evaluate(problem, decision).fits(budget_units):
+            return decision
     return None
 
 
@@ -197,6 +292,23 @@ def _below_lower_bound(graph: Graph, budget_bytes: Mapping[str, int], costs: Cos
         keep_all_seconds=costs.sequential_seconds(device), home=device,
         notes=(f"{device}: {budget} B is below {lower} B, which some step needs whatever the "
                "order or recomputation",),
+    )
+
+
+def _crossing_infeasible(graph: Graph, budget_bytes: Mapping[str, int], costs: CostTable,
+                         started: float, crossing: CrossingBound) -> RematResult:
+    """A single budget that some step cannot meet even dropping every value that can be made
+    again (planner.remat.bounds): proven infeasible for this order without solving."""
+    device, budget = next(iter(budget_bytes.items()))
+    op = crossing.step
+    return RematResult(
+        best=None, status="INFEASIBLE", bound_seconds=costs.fastest_seconds(), gap=None,
+        seconds=time.perf_counter() - started,
+        model=ModelOutcome(tier="none", memory_model="none", reductions=(), exact=True),
+        keep_all_seconds=costs.sequential_seconds(device), home=device,
+        notes=(f"{device}: {budget} B cannot hold what step {op} of the order needs even with "
+               "every value that can be made again dropped (data inputs, graph outputs and "
+               "random ops' values cannot)",),
     )
 
 

@@ -1,0 +1,242 @@
+"""A fast start at any size: simulate the step under a budget, evicting and recomputing (DTR).
+
+Dynamic Tensor Rematerialization (Kirisame et al., ICLR 2021) runs the program as written and,
+when an allocation would exceed the budget, evicts resident values, recomputing one when a later
+op reads it. Run offline on the whole order, it is a schedule in one linear pass, with no model
+to build, so it scales to graphs the stage models (planner.remat.problem) cannot afford.
+
+Here, with the order's future known: the victim is the resident value with the least
+recomputation time per byte and per step until its next read (values no op reads again go
+first; Belady's rule weighted by cost); only outputs of recomputable forward ops
+(planner.remat.problem.forward_phase) are evicted, and values those ops read that cannot be made
+again (data inputs, random ops' outputs) stay resident while a recomputation may need them.
+Bytes are counted per storage root (a view adds nothing and is evicted with its root); outputs
+count in full (no in-place credit), so the count errs high. The schedule is replayed exactly by
+the caller (planner.memory.simulate) and judged there; the fill pass (planner.remat.fill) then
+gives back what the overcount cost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.ir.graph import Graph
+from planner.memory.schedule import (
+    Compute,
+    Event,
+    Schedule,
+    drop_dead_recomputations,
+    free_after_last_read,
+    home_on,
+)
+from planner.memory.sharing import state_updates
+from planner.memory.simulate import simulate
+from planner.memory.zones import persistent_tensors
+from planner.profile.costs import CostTable
+from planner.remat.heuristics import Candidate
+from planner.remat.problem import RematOptions, forward_phase
+
+NEVER = np.iinfo(np.int64).max // 4  # "no later read"
+# Nested recomputations one recomputation may need (Python's recursion stays well within).
+MAX_DEPTH = 300
+
+
+@dataclass(frozen=True)
+class Evicted:
+    schedule: Schedule
+    overshoot: int  # bytes by which the simulation's own count exceeded the budget at worst
+
+
+class _Simulation:
+    def __init__(self, graph: Graph, order: Sequence[int], device: str, budget: int,
+                 costs: CostTable, recomputable: Collection[int], alignment: int):
+        self.g, self.order, self.device, self.budget = graph, order, device, budget
+        sharing = state_updates(graph)
+        self.root = [sharing.view_root(t.id) for t in graph.tensors]
+        position = {op: k for k, op in enumerate(order)}
+        n = len(graph.tensors)
+        self.size = np.zeros(n, dtype=np.int64)
+        for t in graph.tensors:
+            if self.root[t.id] == t.id and t.id not in sharing.in_place:
+                self.size[t.id] = -(-max(t.nbytes, 1) // alignment) * alignment
+        self.reads = [sorted(position[c] for c in t.consumers) for t in graph.tensors]
+        self.cursor = [0] * n  # index into reads[t] of its next read
+        self.next_read = np.array([r[0] if r else NEVER for r in self.reads], dtype=np.int64)
+        self.cost = np.array([0.0 if t.producer is None else
+                              costs.op_seconds[t.producer][device] for t in graph.tensors])
+        self.recomputable = set(recomputable)
+        outputs = set(graph.outputs)
+        # Views of each root, to evict together.
+        self.views: dict[int, list[int]] = {}
+        for t in graph.tensors:
+            if self.root[t.id] != t.id:
+                self.views.setdefault(self.root[t.id], []).append(t.id)
+        self.evictable = np.array(
+            [t.producer in self.recomputable and t.id not in outputs and self.root[t.id] == t.id
+             for t in graph.tensors], dtype=bool)
+        # Resident views of each root that could not be made again: the root stays meanwhile.
+        self.fixed_views = np.zeros(n, dtype=np.int64)
+        # Sources a recomputation may read: kept while resident, whatever their reads.
+        self.pinned = {x for op in self.recomputable for x in graph.ops[op].input_ids
+                       if not self.evictable[self.root[x]]}
+        self.persistent = persistent_tensors(graph)
+        self.resident: set[int] = set()
+        self.memory = 0
+        self.events: list[Event] = []
+        self.done: set[int] = set()
+        self.overshoot = 0
+        self.now = 0
+
+    def run(self) -> Evicted:
+        g = self.g
+        home = home_on(g, self.device)
+        for t in g.tensors:
+            if t.producer is None:
+                self._hold(t.id)
+        for now, op in enumerate(self.order):
+            self.now = now
+            self._compute(op, protected=set(g.ops[op].input_ids))
+            for x in g.ops[op].input_ids:
+                self._advance(x)
+            for x in (*g.ops[op].input_ids, *g.ops[op].output_ids):
+                self._maybe_release(x)
+        kept = drop_dead_recomputations(g, self.events, home)
+        schedule = Schedule(tuple(free_after_last_read(g, kept, home)), home)
+        return Evicted(schedule, self.overshoot)
+
+    def _compute(self, op: int, protected: set[int], depth: int = 0) -> None:
+        """Run `op` (a recomputation if it ran before), making its inputs resident first."""
+        g = self.g
+        if depth > MAX_DEPTH:
+            raise _TooDeep
+        protected = protected | set(g.ops[op].input_ids)
+        for x in g.ops[op].input_ids:
+            if not self._resident(x):
+                self._remake(x, protected, depth)
+        new = [t for t in g.ops[op].output_ids if t not in self.resident]
+        need = int(sum(self.size[t] for t in new))
+        self._make_room(need, protected)
+        self.events.append(Compute(op, self.device, recompute=op in self.done))
+        self.done.add(op)
+        for t in new:
+            self._hold(t)
+
+    def _remake(self, tensor: int, protected: set[int], depth: int) -> None:
+        root = self.root[tensor]
+        if not self._resident(root):
+            producer = self.g.tensors[root].producer
+            assert producer is not None and producer in self.recomputable, \
+                "only outputs of recomputable ops are evicted"
+            self._compute(producer, protected | {root}, depth + 1)
+        if tensor != root and tensor not in self.resident:
+            producer = self.g.tensors[tensor].producer
+            assert producer is not None, "a view is made by its view op"
+            self._compute(producer, protected | {root}, depth + 1)
+
+    def _resident(self, tensor: int) -> bool:
+        return tensor in self.resident or tensor in self.persistent
+
+    def _hold(self, tensor: int) -> None:
+        self.resident.add(tensor)
+        self.memory += int(self.size[tensor])
+        if self._fixed_view(tensor):
+            self.fixed_views[self.root[tensor]] += 1
+
+    def _drop(self, tensor: int) -> None:
+        self.resident.discard(tensor)
+        self.memory -= int(self.size[tensor])
+        if self._fixed_view(tensor):
+            self.fixed_views[self.root[tensor]] -= 1
+
+    def _fixed_view(self, tensor: int) -> bool:
+        return self.root[tensor] != tensor and \
+            self.g.tensors[tensor].producer not in self.recomputable
+
+    def _make_room(self, need: int, protected: set[int]) -> None:
+        """Evict until `need` more bytes fit the budget (or nothing more can go)."""
+        excess = self.memory + need - self.budget
+        if excess <= 0:
+            return
+        roots = {self.root[x] for x in protected}
+        candidates = np.fromiter(
+            (t for t in self.resident
+             if self.evictable[t] and not self.fixed_views[t] and t not in roots),
+            dtype=np.int64)
+        if len(candidates):
+            distance = np.maximum(self.next_read[candidates] - self.now, 1).astype(np.float64)
+            score = self.cost[candidates] / (self.size[candidates] * distance)
+            for t in candidates[np.argsort(score, kind="stable")]:
+                if excess <= 0:
+                    break
+                self._evict(int(t))
+                excess = self.memory + need - self.budget
+        self.overshoot = max(self.overshoot, excess)
+
+    def _evict(self, root: int) -> None:
+        self._drop(root)
+        for view in self.views.get(root, ()):
+            if view in self.resident:
+                self._drop(view)
+
+    def _advance(self, tensor: int) -> None:
+        """`tensor` was just read by the op at `now`: its next read moves on."""
+        reads = self.reads[tensor]
+        k = self.cursor[tensor]
+        while k < len(reads) and reads[k] <= self.now:
+            k += 1
+        self.cursor[tensor] = k
+        self.next_read[tensor] = reads[k] if k < len(reads) else NEVER
+
+    def _maybe_release(self, tensor: int) -> None:
+        """A storage no later op reads through any of its views leaves (the persistent zone,
+        graph outputs and sources of recomputations stay)."""
+        root = self.root[tensor]
+        members = (root, *self.views.get(root, ()))
+        if (root in self.resident and root not in self.persistent and root not in self.pinned
+                and not any(self.g.tensors[m].is_graph_output
+                            or self.next_read[m] != NEVER for m in members)):
+            self._evict(root)
+
+
+def evict_schedule(graph: Graph, order: Sequence[int], device: str, budget: int,
+                   costs: CostTable, recomputable: Collection[int], *, alignment: int = 1
+                   ) -> Evicted | None:
+    """The eviction simulation's schedule of `order` on `device` within `budget` bytes as it
+    counts them (see the module doc); `overshoot` > 0 when it could not stay within. None when
+    a recomputation chain grows past MAX_DEPTH (the budget is far too small for this rule)."""
+    try:
+        return _Simulation(graph, order, device, budget, costs, recomputable, alignment).run()
+    except _TooDeep:
+        return None
+
+
+class _TooDeep(Exception):
+    """A recomputation needs a chain of more than MAX_DEPTH recomputations."""
+
+
+# Budgets the simulation is run at, as factors of the true one, until a replay fits: its count
+# errs high on most graphs and low where storage sharing differs from its rule.
+FACTORS = (1.0, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6)
+
+
+def evict_candidates(graph: Graph, order: Sequence[int], device: str, budget: int,
+                     costs: CostTable, *, alignment: int, deadline: float) -> list[Candidate]:
+    """Replayed eviction schedules within `budget`, at the FACTORS of it until one fits (and the
+    next factor, whose schedule may be faster); cheapest first."""
+    recomputable, _ = forward_phase(graph, order, RematOptions())
+    fitting: list[Candidate] = []
+    for factor in FACTORS:
+        if time.perf_counter() > deadline or len(fitting) >= 2:
+            break
+        evicted = evict_schedule(graph, order, device, int(budget * factor), costs,
+                                 recomputable, alignment=alignment)
+        if evicted is None:
+            continue
+        stats = simulate(graph, evicted.schedule, costs, alignment=alignment)
+        if stats.fits({device: budget}):
+            fitting.append(Candidate(f"evict@{factor:g}", None, None, evicted.schedule, stats))
+    return sorted(fitting, key=lambda c: c.seconds)

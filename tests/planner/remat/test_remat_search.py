@@ -1,0 +1,145 @@
+"""The search that scales: the eviction simulation (planner.remat.evict), the fill pass
+(planner.remat.fill) and the crossing bound (planner.remat.bounds).
+
+- The bound never exceeds the exact optimum (CP-SAT's exact model on random chains, proven
+  optimal), and where it says no schedule fits, the exact model agrees.
+- The fill pass never returns a slower schedule or one over budget, and with the budget of
+  keeping everything it drops every recomputation.
+- Eviction schedules replay within their budgets and build into plans the validator accepts;
+  past LARGE_GRAPH_OPS ops plan_remat uses them alone and keeps its time limit.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import pytest
+
+from planner.ir.graph import load_graph
+from planner.ir.graph_json import graph_from_node_link
+from planner.memory.simulate import simulate
+from planner.plan.builder import build_plan
+from planner.plan.validate import validate_plan
+from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.costs import costs_from_profile
+from planner.remat import baselines
+from planner.remat.bounds import crossing_bound
+from planner.remat.evict import evict_candidates
+from planner.remat.fill import fill_budget
+from planner.remat.rematerialize import LARGE_GRAPH_OPS, plan_remat
+from schemas.plan import PlanRequest
+from tests.planner.remat.test_remat_chain import both_optima
+from tests.support.chains import chain_json
+from tests.support.fixture_zoo import model_path
+
+pytestmark = pytest.mark.usefixtures("private_profile_cache")
+
+
+def chain(seed: int, n: int = 10):
+    graph, profile = graph_from_node_link(chain_json(random.Random(seed), n), name="chain")
+    return graph, costs_from_profile(profile, graph, ["cpu"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_crossing_bound_is_below_the_exact_optimum(seed):
+    data = chain_json(random.Random(seed), 8)
+    graph, costs = chain(seed, 8)
+    order = list(range(len(graph.ops)))
+    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=1).stats.peaks["cpu"]
+    checked = 0
+    for budget in range(keep, 0, -max(1, keep // 12)):
+        bound = crossing_bound(graph, order, "cpu", budget, costs)
+        optimum = both_optima(data, budget)[5]
+        if optimum is None:
+            continue  # infeasible for the exact model: any bound holds
+        checked += 1
+        assert bound.seconds <= optimum + 1e-9, (budget, bound, optimum)
+    assert checked >= 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_crossing_bound_infeasibility_is_proven_by_the_exact_model(seed):
+    data = chain_json(random.Random(seed), 8)
+    graph, costs = chain(seed, 8)
+    order = list(range(len(graph.ops)))
+    refused = [b for b in range(1, 40)
+               if math.isinf(crossing_bound(graph, order, "cpu", b, costs).seconds)]
+    assert refused, "some budget must be too small"
+    for budget in refused[-3:]:
+        assert both_optima(data, budget)[5] is None
+
+
+def test_crossing_bound_rises_as_the_budget_falls():
+    graph, costs = chain(3, 12)
+    order = list(range(len(graph.ops)))
+    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=1).stats.peaks["cpu"]
+    bounds = [crossing_bound(graph, order, "cpu", b, costs).seconds
+              for b in range(keep, keep // 3, -1)]
+    assert bounds == sorted(bounds)
+    assert bounds[0] == pytest.approx(costs.fastest_seconds())
+    assert bounds[-1] > bounds[0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fill_with_the_keep_everything_budget_drops_every_recomputation(seed):
+    graph, costs = chain(seed, 14)
+    order = list(range(len(graph.ops)))
+    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=1).stats
+    start = evict_candidates(graph, order, "cpu", keep.peaks["cpu"] * 2 // 3, costs,
+                             alignment=1, deadline=time.perf_counter() + 10)
+    assert start and start[0].stats.recomputes > 0
+    filled = fill_budget(graph, start[0].schedule, start[0].stats, keep.peaks, costs,
+                         alignment=1, deadline=time.perf_counter() + 10)
+    assert filled.stats.recomputes == 0
+    assert filled.stats.seconds == pytest.approx(keep.seconds)
+    assert filled.stats.peaks["cpu"] <= keep.peaks["cpu"]
+
+
+@pytest.mark.parametrize("name", ["cnn_bn_momentum", "unet_small", "gpt2_tiny_adam"])
+def test_eviction_and_fill_plans_pass_the_validator(name):
+    graph = load_graph(model_path(name))
+    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
+    costs = costs_from_profile(profile, graph, ["cpu"])
+    order = list(range(len(graph.ops)))
+    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats
+    planned = 0
+    for share in (0.9, 0.8, 0.7):
+        budget = int(keep.peaks["cpu"] * share)
+        found = evict_candidates(graph, order, "cpu", budget, costs, alignment=64,
+                                 deadline=time.perf_counter() + 20)
+        for candidate in found[:1]:
+            assert candidate.stats.peaks["cpu"] <= budget
+            filled = fill_budget(graph, candidate.schedule, candidate.stats, {"cpu": budget},
+                                 costs, alignment=64, deadline=time.perf_counter() + 20)
+            assert filled.stats.peaks["cpu"] <= budget
+            assert filled.stats.seconds <= candidate.stats.seconds + 1e-12
+            assert simulate(graph, filled.schedule, costs, 64) == filled.stats
+            request = PlanRequest(budgets={"cpu": budget}, profile=profile, time_limit_s=10)
+            plan = build_plan(graph, filled.schedule, request, plan_id="t", planner_version="t",
+                              solvers=[], layout_time_limit=5).plan
+            report = validate_plan(graph, plan, profile)
+            assert report.ok, report.errors[:3]
+            assert max(report.live_bytes["cpu"]) <= budget
+            planned += 1
+    assert planned >= 2
+
+
+def test_a_large_graph_is_planned_by_eviction_within_its_time_limit():
+    graph = load_graph(model_path("resnet18_narrow"))
+    assert len(graph.ops) > LARGE_GRAPH_OPS
+    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
+    costs = costs_from_profile(profile, graph, ["cpu"])
+    order = list(range(len(graph.ops)))
+    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats
+    budget = int(keep.peaks["cpu"] * 0.7)
+    started = time.perf_counter()
+    result = plan_remat(graph, order, {"cpu": budget}, costs, time_limit=8)
+    assert time.perf_counter() - started <= 8 * 1.05 + 1
+    assert result.model.tier == "evict"
+    assert result.best is not None and result.stats is not None
+    assert result.stats.peaks["cpu"] <= budget
+    assert result.status == "FEASIBLE"
+    assert costs.fastest_seconds() <= result.bound_seconds <= result.objective_seconds
+    assert result.gap is not None and 0 <= result.gap < 1
