@@ -19,6 +19,7 @@ from planner.ir.optimized import check_state_kept
 from schemas.optimized_graph import (
     CPU_PROVIDER,
     CUDA_PROVIDER,
+    FUSED_OPS,
     _without_copy_nodes,
     optimized_model,
     providers_for,
@@ -107,3 +108,34 @@ def test_a_rewrite_that_loses_a_state_output_is_refused():
     rewritten = _model([helper.make_node("Relu", ["p"], ["other"])], ["p"], ["other"])
     with pytest.raises(OptimizedGraphError, match="p -> p_new"):
         check_state_kept({"p": "p_new"}, rewritten, "basic")
+
+
+FUSED_OP_INPUTS = {
+    "Gelu": [[2, 4]], "QuickGelu": [[2, 4]], "FastGelu": [[2, 4]], "BiasGelu": [[2, 4], [4]],
+    "SkipLayerNormalization": [[1, 2, 4], [1, 2, 4], [4], [4]],
+    "SkipSimplifiedLayerNormalization": [[1, 2, 4], [1, 2, 4], [4]],
+    "FusedMatMul": [[2, 4], [4, 4]], "FusedGemm": [[2, 4], [4, 4]],
+    "FusedConv": [[1, 1, 4, 4], [1, 1, 1, 1]],
+}
+
+
+@pytest.mark.parametrize("op_type", sorted(FUSED_OPS))
+def test_every_accepted_fused_op_has_a_cpu_kernel(op_type):
+    """A plan may place any op on the CPU (where the profile says it runs), so each fused op the
+    loader accepts must be runnable by the CPU provider."""
+    names = [f"x{k}" for k in range(len(FUSED_OP_INPUTS[op_type]))]
+    extra = {"activation": "Relu"} if op_type in ("FusedGemm", "FusedConv") else {}
+    node = helper.make_node(op_type, names, ["y"], domain="com.microsoft", **extra)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+         for n, s in zip(names, FUSED_OP_INPUTS[op_type], strict=True)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=10)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=[CPU_PROVIDER])
+    assert session.get_providers() == [CPU_PROVIDER]
