@@ -58,7 +58,8 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
     lower = order_lower_bound(graph)
     base = PlanRequest(budgets={device: 1 << 50},
                        time_limit_s=max(SHARES.keep_all_floor_s, time_limit * SHARES.keep_all),
-                       workers=workers, seed=seed, alignment=alignment, profile=profile)
+                       workers=workers, seed=seed, alignment=alignment, profile=profile,
+                       graph_optimization=graph.optimized.level if graph.optimized else "disable")
     keep_all = plan(graph, base)
     keep_arena = keep_all.devices[0].arena_bytes
     order = optimize_order(graph, time_limit=max(1.0, time_limit * SHARES.order),

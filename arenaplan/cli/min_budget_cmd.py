@@ -7,7 +7,11 @@ import json
 from pathlib import Path
 
 from arenaplan.cli.common import EXIT_OK
-from arenaplan.cli.options import add_dims_option, add_solver_options
+from arenaplan.cli.options import (
+    add_dims_option,
+    add_graph_optimization_option,
+    add_solver_options,
+)
 from arenaplan.cli.request import _read_profile as read_profile
 from planner.errors import InvalidInputError
 from schemas.units import format_bytes
@@ -24,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--graph-json", metavar="G.json", help="a node-link JSON DAG instead")
     parser.add_argument("--device", default="cpu", help="device to size (default cpu)")
     add_dims_option(parser)
+    add_graph_optimization_option(parser)
     add_solver_options(parser, 60.0, "total solver time in seconds")
     parser.add_argument("-o", "--output", metavar="PLAN.json",
                         help="write the plan made at the achieved budget")
@@ -49,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         graph, built = read_graph_json(args.graph_json)
         profile = profile or built
     else:
-        graph = load_graph(Path(args.model), dims=dict(args.dims))
+        graph = load_graph(Path(args.model), dims=dict(args.dims),
+                           optimization=args.graph_optimization, devices=[args.device])
     result = min_budget(graph, args.device, profile=profile, time_limit=args.time_limit,
                         workers=args.workers, seed=args.seed)
     if args.output:
