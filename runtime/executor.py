@@ -14,7 +14,9 @@ the model's constants into their preloaded buffers. After that a training step i
 3. run the units in order: segments of compute steps (runtime.kernels) and copies.
 
 Graph outputs stay readable in their buffers until the next step starts. Nothing is allocated
-in steps 1-3 beyond what onnxruntime's kernels allocate for their own scratch.
+in steps 1-3 beyond what onnxruntime's kernels allocate for their own scratch: on a GPU from the
+arena's workspace zone, on the host with malloc, freed when the kernel ends (the plan's
+`workspace_bytes`; runtime.arena).
 """
 
 from __future__ import annotations
@@ -63,14 +65,13 @@ class PlanExecutor:
         check_plan(self.model, self.plan, validator)
         self.devices = {d.device: require_device(d.device) for d in self.plan.devices}
         self.arenas: dict[str, Arena] = {
-            d.device: allocate_arena(self.devices[d.device], d.arena_bytes)
+            d.device: allocate_arena(self.devices[d.device], d.arena_bytes, d.workspace_bytes)
             for d in self.plan.devices
         }
         self.buffers: dict[str, BufferSpec] = {b.id: b for b in self.plan.buffers}
         self._transfers = Transfers()
         kernel_options = KernelOptions(threads=options.threads, optimization=options.optimization)
-        self._kernels = KernelSessions(self.model, kernel_options,
-                                       {d.device: d.workspace_bytes for d in self.plan.devices})
+        self._kernels = KernelSessions(self.model, kernel_options)
         self.units: list[Unit] = group_steps(
             self.plan.steps, self.buffers, fuse=options.fuse, max_segment=options.max_segment,
             order_kept={name for name, device in self.devices.items()

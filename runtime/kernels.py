@@ -21,19 +21,17 @@ session (their inputs and outputs are copied by onnxruntime).
 
 Kernel scratch (the plan's per-device `workspace_bytes`): on the host it is malloc'd and freed
 within each kernel (no session keeps a pool), so at most one op's scratch is live at a time. On
-a GPU the CUDA provider takes scratch (cuDNN workspaces, temporaries) from its own arena: each
-session's arena is capped at the device's workspace (`gpu_mem_limit`, growing by exactly what is
-asked, `kSameAsRequested`) and handed back after every run (the run option
-`memory.enable_memory_arena_shrinkage`), so the device's memory during a step is its arena plus
-at most the workspace; a kernel asking for more fails the step instead of growing. A plan
-without a measured workspace (0) leaves the provider's arena uncapped.
+a GPU every session of the device takes its memory from the device's workspace zone in the
+arena (runtime.arena.WorkspaceZone, the CUDA provider's external allocator): a kernel asking
+for more than the zone has left fails the step instead of allocating outside the plan. A plan
+without a measured workspace (0) leaves the CUDA provider its own arena.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,38 +141,26 @@ def segment_model(model: RuntimeModel, steps: list[Step], segment: Segment,
     return SegmentModel(proto.SerializeToString(), inputs, outputs)
 
 
-def providers(device: RuntimeDevice, workspace_bytes: int) -> list:
-    """The session's providers; a GPU's arena capped at the workspace when one was measured."""
-    listed = device.providers()
-    if device.is_cuda and workspace_bytes > 0:
+def providers(arena: Arena) -> list:
+    """The session's providers: on a GPU with a workspace zone, the zone is its allocator."""
+    listed = arena.device.providers()
+    if arena.device.is_cuda and arena.zone is not None:
         name, options = listed[0]
-        listed[0] = (name, {**options, "gpu_mem_limit": str(workspace_bytes),
-                            "arena_extend_strategy": "kSameAsRequested"})
+        listed[0] = (name, {**options, **arena.zone.provider_options()})
     return listed
-
-
-def run_options(device: RuntimeDevice) -> ort.RunOptions:
-    """Options of every run on `device`: a GPU's session arena is handed back after the run."""
-    options = ort.RunOptions()
-    options.log_severity_level = 3
-    if device.is_cuda:
-        options.add_run_config_entry("memory.enable_memory_arena_shrinkage",
-                                     f"gpu:{device.index}")
-    return options
 
 
 class KernelSessions:
     """Builds and caches sessions; returns for each segment a function that runs it in place."""
 
-    def __init__(self, model: RuntimeModel, options: KernelOptions = KernelOptions(),
-                 workspace: Mapping[str, int] | None = None):
+    def __init__(self, model: RuntimeModel, options: KernelOptions = KernelOptions()):
         self.model = model
         self.options = options
-        self.workspace = dict(workspace or {})  # device name -> bytes of kernel scratch
         self._sessions: dict[tuple[str, str, int], ort.InferenceSession] = {}
         self._keep: list[object] = []  # sessions referenced by the runners
         self.bindings: list[tuple[ort.IOBinding, list[str]]] = []  # binding, output buffer ids
-        self._run_options: dict[str, ort.RunOptions] = {}
+        self._run_options = ort.RunOptions()
+        self._run_options.log_severity_level = 3
 
     @property
     def session_count(self) -> int:
@@ -185,7 +171,7 @@ class KernelSessions:
         built = segment_model(self.model, steps, segment, buffers)
         arena = arenas[segment.device]
         device = arena.device
-        session = self._session(built.data, device, steps, segment)
+        session = self._session(built.data, arena, steps, segment)
         binding = session.io_binding()
         dev_type, dev_id = device.ort_device
         for value, b_id in built.inputs.items():
@@ -198,13 +184,12 @@ class KernelSessions:
                                 arena.pointer(b.offset))
         self._keep.append(session)
         self.bindings.append((binding, list(built.outputs.values())))
-        if device.name not in self._run_options:
-            self._run_options[device.name] = run_options(device)
         return functools.partial(session._sess.run_with_iobinding, binding._iobinding,
-                                 self._run_options[device.name])
+                                 self._run_options)
 
-    def _session(self, data: bytes, device: RuntimeDevice, steps: list[Step],
+    def _session(self, data: bytes, arena: Arena, steps: list[Step],
                  segment: Segment) -> ort.InferenceSession:
+        device = arena.device
         key = (hashlib.sha256(data).hexdigest(), *device.ort_device)
         session = self._sessions.get(key)
         if session is not None:
@@ -212,7 +197,7 @@ class KernelSessions:
         try:
             session = ort.InferenceSession(
                 data, session_options(self.options, device),
-                providers=providers(device, self.workspace.get(device.name, 0)),
+                providers=providers(arena),
             )
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several unrelated types
             first = steps[segment.steps[0]]

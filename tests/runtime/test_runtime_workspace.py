@@ -5,12 +5,14 @@
 - `arenaplan run --strict-memory`: in a fresh process, the peak during the steps stays within
   the plan's host arena + workspace + the fixed overhead; a step that allocates beyond it fails
   the run (exit 1, a message, no traceback); with --check it is refused.
-- CUDA: sessions cap their arena at the workspace and hand it back after every run; on a GPU a
-  plan with its measured workspace runs and matches (skipped without one).
+- CUDA: the workspace zone (a first-fit allocator over the arena's last bytes) is the CUDA
+  provider's external allocator, called through C function pointers; on a GPU a plan with its
+  measured workspace runs with every kernel's scratch taken from the zone (skipped without one).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -24,10 +26,11 @@ from arenaplan.cli import main
 from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.workspace import plan_workspace, step_workspace, with_workspace
+from runtime.arena import ZONE_ALIGNMENT, Arena, WorkspaceZone
 from runtime.devices import cuda_device_error, parse_device
 from runtime.executor import PlanExecutor
 from runtime.inputs import read_npz
-from runtime.kernels import providers, run_options
+from runtime.kernels import providers
 from runtime.measure import HOST_OVERHEAD_BYTES
 from runtime.model import read_model
 from schemas.plan import ComputeStep, Plan
@@ -136,16 +139,50 @@ def test_strict_memory_is_refused_with_check(tmp_path, capsys):
     assert code == 2 and "--strict-memory" in err and "Traceback" not in err
 
 
-def test_cuda_sessions_cap_their_arena_at_the_workspace():
-    gpu = parse_device("cuda:1")
-    (name, options), = providers(gpu, 5 << 20)
-    assert name == "CUDAExecutionProvider"
-    assert options == {"device_id": "1", "gpu_mem_limit": str(5 << 20),
-                       "arena_extend_strategy": "kSameAsRequested"}
-    assert providers(gpu, 0) == gpu.providers()  # unmeasured: the provider's own arena
-    assert providers(parse_device("cpu"), 5 << 20) == ["CPUExecutionProvider"]
-    shrink = run_options(gpu).get_run_config_entry("memory.enable_memory_arena_shrinkage")
-    assert shrink == "gpu:1"
+def zone_over(buffer: np.ndarray) -> WorkspaceZone:
+    start = -buffer.ctypes.data % ZONE_ALIGNMENT
+    return WorkspaceZone(buffer.ctypes.data + start, buffer.size - ZONE_ALIGNMENT)
+
+
+def test_the_workspace_zone_allocates_within_itself_and_refuses_beyond():
+    memory = np.zeros(8 * ZONE_ALIGNMENT, dtype=np.uint8)
+    zone = zone_over(memory)  # 7 blocks
+    a, b, c = zone.alloc(1), zone.alloc(ZONE_ALIGNMENT + 1), zone.alloc(3 * ZONE_ALIGNMENT)
+    assert all(p % ZONE_ALIGNMENT == 0 and zone.start <= p < zone.start + zone.size
+               for p in (a, b, c))
+    assert (b - a, c - b) == (ZONE_ALIGNMENT, 2 * ZONE_ALIGNMENT)
+    assert zone.alloc(2 * ZONE_ALIGNMENT) == 0  # one block left: refused, not allocated
+    ctypes.memset(c, 7, 3 * ZONE_ALIGNMENT)  # the addresses are the zone's own bytes
+    assert (memory == 7).sum() == 3 * ZONE_ALIGNMENT
+    zone.free(b)
+    assert zone.alloc(2 * ZONE_ALIGNMENT) == b  # first fit reuses the hole
+    for p in (a, b, c):
+        zone.free(p)
+    assert zone.in_use == 0 and zone.peak == 6 * ZONE_ALIGNMENT
+    assert zone.alloc(zone.size) == zone.start  # freed blocks merged back into one
+
+
+def test_the_cuda_provider_gets_the_zone_as_its_allocator():
+    memory = np.zeros(4 * ZONE_ALIGNMENT, dtype=np.uint8)
+    arena = Arena()
+    arena.device, arena.zone = parse_device("cuda:1"), zone_over(memory)
+    (name, options), = providers(arena)
+    assert name == "CUDAExecutionProvider" and options["device_id"] == "1"
+    # onnxruntime calls these addresses as C functions: call them the same way
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(int(options["gpu_external_alloc"]))
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(int(options["gpu_external_free"]))
+    ctypes.CFUNCTYPE(None)(int(options["gpu_external_empty_cache"]))()
+    p = alloc(100)
+    assert p == arena.zone.start and arena.zone.in_use == ZONE_ALIGNMENT
+    assert not alloc(10 * ZONE_ALIGNMENT)  # NULL: onnxruntime fails the run
+    free(p)
+    assert arena.zone.in_use == 0
+    no_zone = Arena()
+    no_zone.device = parse_device("cuda:1")
+    assert providers(no_zone) == no_zone.device.providers()  # unmeasured: its own arena
+    host = Arena()
+    host.device = parse_device("cpu")
+    assert providers(host) == ["CPUExecutionProvider"]
 
 
 @pytest.mark.cuda
@@ -168,7 +205,7 @@ def test_a_cuda_plan_runs_within_its_measured_workspace():
     executor.load_inputs(read_npz(inputs_path(NAME), model))
     for _ in range(3):
         executor.step()
-    session = executor._kernels._keep[0]
-    limit = session.get_provider_options()["CUDAExecutionProvider"]["gpu_mem_limit"]
-    assert int(limit) == workspace
+    zone = executor.arenas["cuda:0"].zone
+    assert zone is not None and zone.size == workspace
+    assert 0 < zone.peak <= workspace and zone.in_use == 0  # kernels' scratch came from it
     assert np.isfinite(executor.outputs()[next(iter(plan.graph_outputs))]).all()
