@@ -29,13 +29,16 @@ nodes. Here:
   updated in place may not run after the update (it would read the new value).
 
 Memory is counted in `memory_unit` bytes (each tensor rounded up: conservative), time in
-`time_unit` seconds (each op rounded to the nearest unit).
+`time_unit` seconds, each op rounded down, so that the model's bound times the unit is a lower
+bound on real seconds; the unit grows past the requested one when the costs are so large that
+CP-SAT's 64-bit sums could overflow (`solver_time_unit`). Sizes too large for it are refused.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
 
@@ -86,6 +89,28 @@ class RematOptions:
     tiny_units: int = 0
     memory_unit: int = 1
     time_unit: float = 1e-9
+
+
+# Largest total a model may sum, in units (CP-SAT sums coefficients times bounds in 64 bits).
+SOLVER_RANGE = 2**50
+
+
+def solver_time_unit(graph: Graph, costs: CostTable, requested: float) -> float:
+    """`requested`, or a coarser unit when every op run once per stage could sum past
+    SOLVER_RANGE units (costs of 1e13 s in a node-link graph, say)."""
+    total = sum(max(c.values(), default=0.0) for c in costs.op_seconds)
+    return max(requested, total * (len(graph.ops) + 1) / SOLVER_RANGE)
+
+
+def _check_sizes(graph: Graph, memory_unit: int) -> None:
+    total = sum(t.nbytes for t in graph.tensors)
+    units = sum(-(-t.nbytes // memory_unit) for t in graph.tensors)
+    if units > SOLVER_RANGE:
+        enough = 1 << max(0, math.ceil(math.log2(total / SOLVER_RANGE * 2)))
+        raise InvalidInputError(
+            f"the graph's tensors add up to {units} units of {memory_unit} B, more than the "
+            f"solver's range ({SOLVER_RANGE} units); plan with --alignment {enough} or more "
+            "(bytes per unit)")
 
 
 @dataclass(frozen=True)
@@ -219,6 +244,8 @@ def build_problem(
     devices = tuple(devices)
     if home not in devices:
         raise InvalidInputError(f"home device {home} is not among the devices {devices}")
+    options = replace(options, time_unit=solver_time_unit(graph, costs, options.time_unit))
+    _check_sizes(graph, options.memory_unit)
     recomputable_ops, forward_end_pos = forward_phase(graph, order, options)
     if recomputable is not None:
         recomputable_ops = set(recomputable) if options.recompute != "none" else set()
@@ -410,7 +437,7 @@ def _reads_and_costs(grouping: _Grouping, index: int, rec: _NodeRecord, values: 
     for d in devices:
         per_op = [c for op in rec.ops if (c := costs.op_seconds[op].get(d)) is not None]
         if len(per_op) == len(rec.ops):
-            rec.cost[d] = sum(round(c / time_unit) for c in per_op)
+            rec.cost[d] = sum(math.floor(c / time_unit) for c in per_op)
     first = graph.ops[rec.ops[0]].name
     if rec.pinned is not None and rec.pinned not in rec.cost:
         raise InvalidInputError(
@@ -503,7 +530,7 @@ def _value(graph: Graph, costs: CostTable, devices: tuple[str, ...], options: Re
             if src != dst:
                 seconds = sum(costs.copy_seconds(src, dst, graph.tensors[t].nbytes)
                               for t in record.tensors)
-                copy_cost[(src, dst)] = max(0, round(seconds / options.time_unit))
+                copy_cost[(src, dst)] = max(0, math.floor(seconds / options.time_unit))
     size = 0 if record.free_of_charge else sum(
         -(-graph.tensors[t].nbytes // options.memory_unit) for t in record.tensors)
     return Value(

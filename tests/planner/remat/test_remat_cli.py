@@ -58,6 +58,38 @@ def test_plan_graph_json_writes_a_validated_plan(tmp_path, capsys):
     assert main(["plan", "--graph-json", str(path), "--budget", "cpu=40", "-o", str(out)]) == 2
 
 
+def test_huge_costs_and_sizes_never_crash_the_solver(tmp_path, capsys):
+    """Costs of ~1e13 s once ended in CP-SAT's 'Unable to cast Python instance' traceback:
+    the time unit now grows with them, and the plan is validated with the user's costs; sizes
+    past the solver's range are refused with exit 2, naming the alignment that fits."""
+    data = chain_json(random.Random(1), 30)
+    for node in data["nodes"]:
+        if "cost_cpu" in node:
+            node["cost_cpu"] *= 1e13
+    path = tmp_path / "costly.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--graph-json", str(path), "--budget", "cpu=1600", "--time-limit", "5",
+                 "-o", str(out)]) == 0
+    graph, profile = read_graph_json(path)
+    plan = Plan.model_validate(json.loads(out.read_text()))
+    report = validate_plan(graph, plan, profile)
+    assert report.ok and plan.devices[0].arena_bytes <= 1600
+    remat = next(s for s in plan.solvers if s.phase == "remat")
+    assert remat.bound <= remat.objective
+    for node in data["nodes"]:
+        node["cost_ram"] *= 10**15
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    budget = "cpu=60000000000000000"
+    assert main(["plan", "--graph-json", str(path), "--budget", budget, "--time-limit", "5",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--alignment 512 or more" in err
+    assert main(["plan", "--graph-json", str(path), "--budget", budget, "--alignment", "512",
+                 "--time-limit", "5", "-o", str(out)]) == 0
+
+
 def test_min_budget_reports_lower_bound_and_achieved(capsys):
     model = str(model_path("mlp_sgd"))
     assert main(["min-budget", model, "--time-limit", "10", "--workers", "2", "--json"]) == 0
