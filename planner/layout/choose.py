@@ -4,10 +4,11 @@
 2. Lower bound: max live bytes. Stack always-live buffers at the bottom (no loss).
 3. Heuristics (greedy by size, best fit, pyramid, greedy by area) stop at the first that reaches
    the lower bound: that layout is optimal and is returned at once.
-4. Otherwise CP-SAT, per independent time component, hardest first: first the decision "does the
-   component fit in the lowest arena still worth having" (fast on tight instances), then, if not
-   shown, the minimization warm-started from the best heuristic. With a capacity, the decision
-   at the capacity only.
+4. Otherwise, per independent time component, hardest first: first the decision "does the
+   component fit in the lowest arena still worth having", by the canonical search
+   (canonical.py: fast on real training traces, never a proof) and then CP-SAT (fast on tight
+   instances, and the proofs), then, if not shown, CP-SAT's minimization warm-started from the
+   best layout. With a capacity, the decision at the capacity only.
 The best layout found is always returned, with the best proven bound, its gap and status.
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from planner.errors import InfeasibleError, InvalidInputError
 from planner.layout.bounds import live_bound_units
+from planner.layout.canonical import canonical_portfolio
 from planner.layout.exact import ExactOptions, decide_component, minimize_component
 from planner.layout.heuristics import HEURISTICS, run_heuristics
 from planner.layout.instance import LayoutInstance, arena_units, build_instance
@@ -36,6 +38,12 @@ from planner.layout.types import (
 
 # share of a component's time budget given to the decision at the floor before minimizing
 _DECISION_SHARE = 0.5
+# the canonical search's time before CP-SAT: at most this share of the component's budget,
+# and at most a base plus a time per buffer (it solves real traces in about one dive or not
+# soon; tight synthetic instances are CP-SAT's)
+_CANONICAL_SHARE = 0.3
+_CANONICAL_BASE_S = 0.1
+_CANONICAL_PER_BUFFER_S = 2e-4
 
 
 @dataclass
@@ -49,6 +57,7 @@ class _Search:
     workers: int
     seed: int
     timed_out: bool = False
+    canonical: int = 0  # components the canonical search brought under their goal
 
     def remaining(self) -> float:
         return self.deadline - time.perf_counter()
@@ -78,7 +87,19 @@ def _share(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> floa
 
 
 def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float) -> str:
-    """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN"."""
+    """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN". The canonical
+    search first (fast on real traces, never a proof), then CP-SAT with the rest."""
+    started = time.perf_counter()
+    if not len(search.instance.obstacle_idx):
+        budget = min(seconds * _CANONICAL_SHARE,
+                     _CANONICAL_BASE_S + _CANONICAL_PER_BUFFER_S * len(comp))
+        found = canonical_portfolio(search.instance, comp, capacity=goal,
+                                    deadline=started + budget)
+        if found is not None:
+            search.accept(found)
+            search.canonical += 1
+            return "FIT"
+        seconds -= time.perf_counter() - started
     result = decide_component(search.instance, comp, upper=goal, options=search.options(seconds))
     if result.arena is not None:
         search.accept(result.offsets)
@@ -225,7 +246,8 @@ def plan_layout(
 
     def exact_done() -> Layout:
         improved = arena_units(instance, search.offsets) < heuristic_arena
-        return done(search.bound, search.timed_out, "cpsat" if improved else method,
+        exact = "canonical" if search.canonical else "cpsat"
+        return done(search.bound, search.timed_out, exact if improved else method,
                     search.offsets)
 
     if cap is None:

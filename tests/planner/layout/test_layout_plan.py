@@ -89,15 +89,16 @@ def test_capacity_fits_or_raises_with_the_smallest_feasible_size() -> None:
     assert plan_layout(split, time_limit=5).arena_size == 256
 
 
-def test_tight_instance_is_closed_by_the_exact_model() -> None:
+def test_tight_instance_is_closed_by_the_exact_phase() -> None:
+    """The canonical search or CP-SAT (whichever finds it first) reaches the bound."""
     buffers = tight_buffers(60, seed=11)
     greedy = heuristic_layout(buffers)
     layout = plan_layout(buffers, time_limit=20)
     assert check_layout(buffers, layout) == []
     assert greedy.arena_size > layout.lower_bound  # the heuristics alone do not reach it
     assert layout.arena_size == lower_bound(buffers) == 64 * 64
-    assert (layout.status, layout.method, layout.gap, layout.timed_out) == (
-        "OPTIMAL", "cpsat", 0.0, False)
+    assert (layout.status, layout.gap, layout.timed_out) == ("OPTIMAL", 0.0, False)
+    assert layout.method in ("canonical", "cpsat")
 
 
 def test_time_limit_returns_the_best_valid_layout() -> None:
@@ -114,7 +115,7 @@ def test_same_seed_gives_the_same_offsets(workers: int) -> None:
     buffers = tight_buffers(40, seed=2)
     first = plan_layout(buffers, workers=workers, seed=5, time_limit=20)
     second = plan_layout(buffers, workers=workers, seed=5, time_limit=20)
-    assert first.method == "cpsat" and first.status == "OPTIMAL"
+    assert first.method in ("canonical", "cpsat") and first.status == "OPTIMAL"
     assert first.offsets == second.offsets
 
 

@@ -1,0 +1,296 @@
+"""Canonical bottom-left search: a layout of one time component under a capacity, or None.
+
+Ideas from MiniMalloc (Moffitt, ASPLOS 2023), written anew for this instance format:
+- canonical placements: every layout can be pushed down until each buffer rests on a buffer
+  below it (or on the floor), and then built bottom-up. The search keeps, per section (the time
+  between two consecutive lifetime ends of the component; every buffer covers a run of them), the
+  *floor*: the top of what was placed there. It always works at the lowest floor (leftmost on
+  ties), section ``s``: the buffers that can sit exactly there are the unplaced ones whose
+  lifetime starts at ``s`` and whose sections all have that floor (any buffer reaching further
+  left would cross a higher section, since ``s`` is the leftmost lowest).
+- cross-section inference: in every section, floor + the sizes of its unplaced buffers must stay
+  within the capacity. Placing a buffer keeps this sum; only leaving room empty (raising a
+  floor) can break it, so sections whose live bytes equal the capacity never waste a byte.
+- forced moves and dominance: when no buffer can sit at the lowest floor, the floor rises to the
+  lowest place anything can still go (no choice); buffers with the same lifetime end, size and
+  alignment are interchangeable, so only the first of them is tried at a node.
+- backjumping: a dead end depends only on the sections its checks read; the search returns to
+  the last move that changed one of them (see `canonical_layout`).
+
+Depth-first under a node budget, restarted with other orders (`canonical_portfolio`). When
+buffers could sit at the lowest floor but all of them led to dead ends, leaving that floor
+empty raises it to the next height around it, which is not exhaustive: the search finds
+layouts, it never proves that none exists (the CP-SAT model does, planner.layout.exact).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.layout.instance import LayoutInstance
+
+_INF = np.iinfo(np.int64).max // 4
+# candidate orders at a node (the portfolio of dives): longest lifetime first stacks the nested
+# forward/backward lifetimes of training steps as a pyramid; largest first suits the rest
+ORDERS = ("longest_first", "largest_first")
+
+
+@dataclass(frozen=True)
+class _Sections:
+    """The component's buffers in section coordinates."""
+
+    members: np.ndarray  # buffer indices (instance)
+    first: list[int]  # first section of each member (position in ``members``)
+    end: list[int]  # one past the last section
+    size: list[int]
+    step: list[int]
+    starting: list[list[int]]  # per section: members starting there, in candidate order
+    load: np.ndarray  # per section: the sizes of the members covering it
+
+
+def _sections(instance: LayoutInstance, members: np.ndarray, order: str,
+              seed: int = 0) -> _Sections:
+    lower, upper = instance.lower[members], instance.upper[members]
+    times = np.unique(np.concatenate((lower, upper)))
+    first = np.searchsorted(times, lower)
+    end = np.searchsorted(times, upper)
+    size = instance.size[members]
+    k = len(times) - 1
+    delta = np.zeros(k + 1, dtype=np.int64)
+    np.add.at(delta, first, size)
+    np.add.at(delta, end, -size)
+    load = np.cumsum(delta)[:k]
+    length = upper - lower
+    if seed:  # a perturbed order for restarts: lengths and sizes scaled by up to 1 +- 25%
+        rng = np.random.default_rng(seed)
+        length = length * rng.uniform(0.75, 1.25, len(members))
+        size = size * rng.uniform(0.75, 1.25, len(members))
+    keys = (-size, -length) if order == "longest_first" else (-length, -size)
+    ranked = np.lexsort((np.arange(len(members)), *keys, first))
+    size = instance.size[members]
+    starting: list[list[int]] = [[] for _ in range(k)]
+    for j in ranked.tolist():
+        starting[int(first[j])].append(j)
+    return _Sections(members, first.tolist(), end.tolist(), size.tolist(),
+                     instance.step[members].tolist(), starting, load)
+
+
+def _align(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+class _State:
+    """Floors, remaining loads and the undo log of one search."""
+
+    def __init__(self, sec: _Sections, base: int, capacity: int):
+        self.sec = sec
+        self.capacity = capacity
+        self.rem = sec.load.copy()
+        # the floor of each section where buffers remain to be placed (else "infinite")
+        self.eff = np.where(self.rem > 0, base, _INF).astype(np.int64)
+        self.placed = [False] * len(sec.members)
+        self.offset = [0] * len(sec.members)
+        self.left = len(sec.members)
+        self.why = [0, 0]  # the sections the current node's checks read (backjumping)
+
+    def note(self, a: int, b: int) -> None:
+        self.why[0] = min(self.why[0], a)
+        self.why[1] = max(self.why[1], b)
+
+    def lowest(self) -> int:
+        return int(np.argmin(self.eff))
+
+    def fits_at(self, j: int, level: int) -> bool:
+        sec = self.sec
+        if level % sec.step[j]:
+            return False
+        return int(self.eff[sec.first[j]:sec.end[j]].max()) == level
+
+    def place(self, j: int, level: int) -> None:
+        sec = self.sec
+        a, b, s = sec.first[j], sec.end[j], sec.size[j]
+        self.placed[j] = True
+        self.left -= 1
+        self.offset[j] = level
+        self.rem[a:b] -= s
+        self.eff[a:b] = np.where(self.rem[a:b] > 0, level + s, _INF)
+
+    def unplace(self, j: int, level: int) -> None:
+        sec = self.sec
+        a, b, s = sec.first[j], sec.end[j], sec.size[j]
+        self.placed[j] = False
+        self.left += 1
+        self.rem[a:b] += s
+        self.eff[a:b] = level
+
+    def raise_to(self, s: int, level: int) -> bool:
+        """Leave section ``s`` empty up to ``level``; False if its buffers no longer fit."""
+        self.eff[s] = level
+        return level + int(self.rem[s]) <= self.capacity
+
+    def lower_back(self, s: int, level: int) -> None:
+        self.eff[s] = level
+
+    def next_level(self, s: int, level: int, forced: bool) -> int:
+        """Where section ``s`` rises when nothing sits at ``level`` there: the lowest offset a
+        buffer starting at ``s`` can still take, or the left neighbour's floor (buffers coming
+        from the left). Not forced (buffers could sit at ``level`` but were refused): also the
+        next higher floor to the right."""
+        best = min(self.left_floor(s), self.lowest_start(s, level))
+        if not forced:
+            right = self.eff[s + 1:]
+            higher = np.flatnonzero(right > level)
+            if len(higher):
+                best = min(best, int(right[higher[0]]))
+                self.note(s, s + 2 + int(higher[0]))
+            else:
+                self.note(s, len(self.eff))
+        return best
+
+    def left_floor(self, s: int) -> int:
+        return int(self.eff[s - 1]) if s > 0 else _INF
+
+    def lowest_start(self, s: int, level: int) -> int:
+        """The lowest offset above ``level`` that an unplaced buffer starting at ``s`` can take
+        as things stand (those that could sit at ``level`` were refused there)."""
+        sec = self.sec
+        best = _INF
+        for j in sec.starting[s]:
+            if not self.placed[j]:
+                at = _align(max(int(self.eff[sec.first[j]:sec.end[j]].max()), level),
+                            sec.step[j])
+                if at > level:
+                    best = min(best, at)
+        return best
+
+
+def _candidates(state: _State, s: int, level: int) -> list[int]:
+    """Unplaced buffers that can sit at ``level`` starting at section ``s``, one per class of
+    interchangeable buffers (same end, size and alignment)."""
+    sec = state.sec
+    seen: set[tuple[int, int, int]] = set()
+    out = []
+    state.why = [max(0, s - 1), s + 1]
+    for j in sec.starting[s]:
+        if state.placed[j]:
+            continue
+        state.note(s, sec.end[j])
+        key = (sec.end[j], sec.size[j], sec.step[j])
+        if key in seen:
+            continue
+        seen.add(key)
+        if state.fits_at(j, level):
+            out.append(j)
+    return out
+
+
+class _Frame:
+    """One node: the lowest section, its level, the buffers that can sit there, the move taken
+    (``k`` placements tried; ``raised`` once the floor was left empty instead)."""
+
+    __slots__ = ("section", "level", "cands", "k", "raised")
+
+    def __init__(self, section: int, level: int, cands: list[int]):
+        self.section, self.level, self.cands = section, level, cands
+        self.k = 0
+        self.raised = False
+
+    def touched(self, sec: _Sections) -> tuple[int, int]:
+        """The sections the current move changed."""
+        if self.raised:
+            return self.section, self.section + 1
+        j = self.cands[self.k - 1]
+        return sec.first[j], sec.end[j]
+
+    def undo(self, state: _State) -> None:
+        if self.raised:
+            state.lower_back(self.section, self.level)
+        elif self.k:
+            state.unplace(self.cands[self.k - 1], self.level)
+
+    def advance(self, state: _State) -> bool:
+        """Undo the current move and take the next one; False when none is left."""
+        self.undo(state)
+        if self.raised:
+            self.raised = False
+            return False
+        if self.k < len(self.cands):
+            state.place(self.cands[self.k], self.level)
+            self.k += 1
+            return True
+        self.k = 0
+        target = state.next_level(self.section, self.level, forced=not self.cands)
+        if target >= _INF or not state.raise_to(self.section, target):
+            state.lower_back(self.section, self.level)
+            return False
+        self.raised = True
+        return True
+
+
+def canonical_layout(
+    instance: LayoutInstance, members: np.ndarray, *, capacity: int, order: str,
+    node_limit: int, deadline: float, seed: int = 0,
+) -> tuple[dict[int, int] | None, bool]:
+    """Offsets (units) for the free buffers ``members`` (one time component, no pre-placed
+    buffers among or around them) with every end at most ``capacity``, or None if the search
+    found none within ``node_limit`` moves or by ``deadline`` (``time.perf_counter()``); and
+    whether the search tree was exhausted (the same for every order and seed: they only change
+    the order in which it is explored).
+
+    A node with no move at all is a dead end caused by the last moves that changed the sections
+    its checks read (``state.why``: the left neighbour and the sections of the buffers starting
+    there); the search jumps back to the latest of those, undoing the moves in between without
+    trying their alternatives: those moves never touched these sections, and until one of them
+    is touched the same dead end recurs.
+    """
+    sec = _sections(instance, members, order, seed)
+    state = _State(sec, instance.zone_top, capacity)
+    if instance.zone_top + int(state.rem.max(initial=0)) > capacity:
+        return None, True
+    stack: list[_Frame] = []
+    nodes = 0
+    while state.left:
+        nodes += 1
+        if nodes > node_limit or (nodes % 256 == 0 and time.perf_counter() > deadline):
+            return None, False
+        s = state.lowest()
+        level = int(state.eff[s])
+        frame = _Frame(s, level, _candidates(state, s, level))
+        if frame.advance(state):
+            stack.append(frame)
+            continue
+        lo, hi = state.why
+        while stack:
+            a, b = stack[-1].touched(sec)
+            if a < hi and b > lo:
+                break
+            stack.pop().undo(state)
+        while stack and not stack[-1].advance(state):
+            stack.pop()
+        if not stack:
+            return None, True
+    return {int(i): off for i, off in zip(sec.members.tolist(), state.offset, strict=True)}, False
+
+
+def canonical_portfolio(
+    instance: LayoutInstance, members: np.ndarray, *, capacity: int, deadline: float
+) -> dict[int, int] | None:
+    """`canonical_layout` with restarts until ``deadline`` or an exhausted search: the orders in
+    turn, then perturbed copies of them (seeds 1, 2, ...), the node budget doubling every round
+    of orders."""
+    budget = 50 * len(members) + 10_000
+    attempt = 0
+    while time.perf_counter() < deadline:
+        order = ORDERS[attempt % len(ORDERS)]
+        found, exhausted = canonical_layout(instance, members, capacity=capacity, order=order,
+                                            node_limit=budget, deadline=deadline,
+                                            seed=attempt // len(ORDERS))
+        if found is not None or exhausted:
+            return found
+        attempt += 1
+        if attempt % len(ORDERS) == 0:
+            budget *= 2
+    return None
