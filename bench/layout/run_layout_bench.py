@@ -1,20 +1,27 @@
-"""Layout benchmark: heuristics (greedy) vs the full planner (heuristics + CP-SAT).
+"""Layout benchmark: heuristics (greedy) vs the full planner (heuristics, canonical search,
+CP-SAT), and the layout seconds of real plans.
 
     .venv/bin/python -m bench.layout.run_layout_bench [--quick] [--time-limit 60] [--workers 1]
+                                                     [--no-fixtures] [--no-plans]
 
 Writes bench/layout/results.json and bench/layout/results.md. Instances:
+- the buffers of every fixture graph's plan (planned with no budget pressure, order optimized;
+  storage owners over their storages' ranges, persistent zone; alignment 64 as in plans);
+- real traces: the keep-everything plans of bench-scale training steps at batch 16 to 128
+  (bench.layout.traces, written there first; 1-byte alignment, the CSV convention), every trace
+  found in bench/models/traces/;
 - tight synthetic instances (100% packed by construction: the optimum equals the capacity and
-  the live-bytes lower bound), 50 to 300 buffers, several seeds;
-- training-step-like traces up to 5,000 buffers (with and without a persistent zone);
-- the buffers of every fixture graph's plan (planned with no budget pressure, order optimized).
-Other instances (e.g. the buffers of real fixture graphs) are added with
-`bench_instances_from_buffers(name, buffers)` and `run_bench(instances)`.
+  the live-bytes lower bound), 150 to 450 buffers, several seeds;
+- training-step-like synthetic traces up to 5,000 buffers (with and without a persistent zone).
+Then (unless --no-plans) `plan_graph` keep-everything on every bench-scale model of
+bench/models/ (what the memory bench exports): the seconds its layout phase took.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -23,7 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.layout.generators import tight_instance, training_trace
+from bench.layout.traces import available_traces
+from bench.scale_models import MODELS
 from planner.layout import (
+    CSV_DEFAULT_ALIGNMENT,
+    DEFAULT_ALIGNMENT,
     Buffer,
     check_layout,
     heuristic_layout,
@@ -41,13 +52,23 @@ class BenchInstance:
     kind: str
     buffers: list[Buffer]
     capacity: int | None = None  # known optimum (tight instances), else None
+    alignment: int = DEFAULT_ALIGNMENT
 
 
 def bench_instances_from_buffers(
-    name: str, buffers: Sequence[Buffer], *, kind: str = "external", capacity: int | None = None
+    name: str, buffers: Sequence[Buffer], *, kind: str = "external", capacity: int | None = None,
+    alignment: int = DEFAULT_ALIGNMENT,
 ) -> BenchInstance:
     """Wrap any list of buffers (e.g. from a fixture graph's plan) as a benchmark instance."""
-    return BenchInstance(name=name, kind=kind, buffers=list(buffers), capacity=capacity)
+    return BenchInstance(name=name, kind=kind, buffers=list(buffers), capacity=capacity,
+                         alignment=alignment)
+
+
+def trace_instances() -> list[BenchInstance]:
+    """The real traces written so far (bench.layout.traces), smallest first."""
+    return [bench_instances_from_buffers(f"trace-{name}", buffers, kind="trace",
+                                         alignment=CSV_DEFAULT_ALIGNMENT)
+            for name, buffers in available_traces()]
 
 
 def fixture_instances(order_time_limit: float = 5.0) -> list[BenchInstance]:
@@ -71,7 +92,7 @@ def fixture_instances(order_time_limit: float = 5.0) -> list[BenchInstance]:
 
 
 def synthetic_instances(
-    sizes: Sequence[int] = (50, 100, 200, 300), seeds: Sequence[int] = (1, 2, 3, 4, 5)
+    sizes: Sequence[int] = (150, 300, 450), seeds: Sequence[int] = (1, 2, 3, 4, 5)
 ) -> list[BenchInstance]:
     out = []
     for n in sizes:
@@ -96,22 +117,25 @@ def training_instances(
 
 
 def run_instance(inst: BenchInstance, *, time_limit: float, workers: int, seed: int) -> dict:
-    bound = lower_bound(inst.buffers)
+    align = inst.alignment
+    bound = lower_bound(inst.buffers, align)
     t0 = time.perf_counter()
-    greedy = heuristic_layout(inst.buffers, methods=["greedy_by_size"])
+    greedy = heuristic_layout(inst.buffers, alignment=align, methods=["greedy_by_size"])
     greedy_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    heur = heuristic_layout(inst.buffers)
+    heur = heuristic_layout(inst.buffers, alignment=align)
     heur_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plan = plan_layout(inst.buffers, time_limit=time_limit, workers=workers, seed=seed)
+    plan = plan_layout(inst.buffers, alignment=align, time_limit=time_limit, workers=workers,
+                       seed=seed)
     plan_s = time.perf_counter() - t0
-    valid = not check_layout(inst.buffers, greedy) and not check_layout(inst.buffers, heur) \
-        and not check_layout(inst.buffers, plan)
+    valid = not any(check_layout(inst.buffers, layout, align) for layout in (greedy, heur, plan))
     return {
         "name": inst.name,
         "kind": inst.kind,
         "buffers": len(inst.buffers),
+        "alignment": align,
+        "load_average": os.getloadavg()[0],
         "lower_bound": bound,
         "capacity": inst.capacity,
         "greedy_arena": greedy.arena_size,
@@ -129,6 +153,8 @@ def run_instance(inst: BenchInstance, *, time_limit: float, workers: int, seed: 
         "plan_gap": plan.gap,
         "plan_seconds": plan_s,
         "plan_timed_out": plan.timed_out,
+        "at_bound": plan.arena_size == bound,
+        "bound_proven_unreachable": plan.lower_bound > bound,
         "reached_capacity": None if inst.capacity is None else plan.arena_size <= inst.capacity,
         "valid": valid,
     }
@@ -144,42 +170,130 @@ def run_bench(
         row = run_instance(inst, time_limit=time_limit, workers=workers, seed=seed)
         rows.append(row)
         if verbose:
-            print(f"{row['name']:>22}: greedy x{row['greedy_ratio']:.4f} "
-                  f"({row['greedy_seconds']:.2f} s), planner x{row['plan_ratio']:.4f} "
-                  f"{row['plan_status']} {row['plan_method']} ({row['plan_seconds']:.2f} s)",
-                  flush=True)
+            print(f"{row['name']:>22}: greedy x{row['greedy_ratio']:.6f} "
+                  f"({row['greedy_seconds']:.2f} s), planner x{row['plan_ratio']:.6f} "
+                  f"{row['plan_status']} {row['plan_method']} ({row['plan_seconds']:.2f} s, "
+                  f"load {row['load_average']:.1f})", flush=True)
     return rows
+
+
+def plan_rows(time_limit: float = 60.0, verbose: bool = True) -> list[dict]:
+    """Keep-everything plans of the bench-scale models in bench/models/ (not the traces' own
+    exports): the seconds of their layout phase, as `arenaplan plan` spends them."""
+    from planner.ir.graph import load_graph
+    from planner.pipeline import plan_graph
+    from schemas.plan import PlanRequest
+
+    rows = []
+    for path in sorted(MODELS.glob("*.onnx")):
+        if path.stem.startswith("trace_"):
+            continue
+        started = time.perf_counter()
+        plan = plan_graph(load_graph(path), PlanRequest(budgets={"cpu": 1 << 50},
+                                                        time_limit_s=time_limit))
+        layout = [s for s in plan.solvers if s.phase == "layout"]
+        device = plan.devices[0]
+        row = {"model": path.stem, "buffers": len(plan.buffers),
+               "storages": sum(b.owns_storage for b in plan.buffers),
+               "layout_seconds": sum(s.seconds for s in layout),
+               "layout_method": ",".join(s.method for s in layout),
+               "layout_gap": max(s.gap or 0.0 for s in layout),
+               "arena_bytes": device.arena_bytes, "live_bytes_bound": device.lower_bound_bytes,
+               "plan_seconds": time.perf_counter() - started,
+               "load_average": os.getloadavg()[0]}
+        rows.append(row)
+        if verbose:
+            print(f"plan {row['model']}: layout {row['layout_seconds']:.2f} s "
+                  f"({row['layout_method']}, gap {row['layout_gap']:.2e}), "
+                  f"plan {row['plan_seconds']:.1f} s, load {row['load_average']:.1f}", flush=True)
+    return rows
+
+
+def _bound_cell(r: dict) -> str:
+    if r["at_bound"]:
+        return "at LB"
+    gap = r["plan_arena"] / r["lower_bound"] - 1
+    return f"+{gap:.2e}, " + ("LB proven unreachable" if r["bound_proven_unreachable"]
+                               else "not proven")
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
     lines = [
-        "| instance | buffers | lower bound (B) | greedy by size: arena/LB | greedy s "
-        "| best heuristic: arena/LB (which) | heuristics s | planner: arena/LB | status "
-        "| method | planner s | valid |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---|---|---:|---|",
+        "| instance | buffers | align | lower bound (B) | greedy by size: arena/LB "
+        "| best heuristic: arena/LB (which) | planner | status | method | planner s "
+        "| load | valid |",
+        "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['name']} | {r['buffers']} | {r['lower_bound']} | {r['greedy_ratio']:.4f} "
-            f"| {r['greedy_seconds']:.3f} | {r['heuristics_ratio']:.4f} ({r['best_heuristic']}) "
-            f"| {r['heuristics_seconds']:.3f} | {r['plan_ratio']:.4f} | {r['plan_status']}"
+            f"| {r['name']} | {r['buffers']} | {r['alignment']} | {r['lower_bound']} "
+            f"| {r['greedy_ratio']:.6f} | {r['heuristics_ratio']:.6f} ({r['best_heuristic']}) "
+            f"| {_bound_cell(r)} | {r['plan_status']}"
             f"{' (time limit)' if r['plan_timed_out'] else ''} | {r['plan_method']} "
-            f"| {r['plan_seconds']:.2f} | {'yes' if r['valid'] else 'NO'} |"
+            f"| {r['plan_seconds']:.2f} | {r['load_average']:.1f} "
+            f"| {'yes' if r['valid'] else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def write_results(rows: Sequence[dict], settings: dict, out_dir: Path = HERE) -> None:
-    payload = {"settings": settings, "results": list(rows)}
+def summary(rows: Sequence[dict]) -> str:
+    """The issue's targets, met or not, with the figures."""
+    out = []
+    for kind, limit, seconds in (("fixture", None, 1.0), ("trace", 5000, 1.0),
+                                 ("trace", 15000, 10.0)):
+        group = [r for r in rows if r["kind"] == kind and (limit is None or r["buffers"] <= limit)
+                 and (limit != 15000 or r["buffers"] > 5000)]
+        if not group:
+            continue
+        met = [r for r in group if r["at_bound"] and r["plan_seconds"] <= seconds]
+        what = "fixture plans" if kind == "fixture" else (
+            "real traces <= 5,000 buffers" if limit == 5000 else "real traces 5,001-15,000")
+        out.append(f"- {what}: {len(met)} of {len(group)} at the bound within {seconds:g} s; "
+                   f"{sum(r['at_bound'] for r in group)} at the bound at all, "
+                   f"{sum(r['bound_proven_unreachable'] for r in group)} proven unreachable.")
+    tight = [r for r in rows if r["kind"] == "tight"]
+    if tight:
+        mean = sum(r["plan_seconds"] for r in tight) / len(tight)
+        out.append(f"- tight synthetic ({min(r['buffers'] for r in tight)}-"
+                   f"{max(r['buffers'] for r in tight)} buffers): "
+                   f"{sum(r['at_bound'] for r in tight)} of {len(tight)} solved, "
+                   f"{mean:.2f} s on average (max {max(r['plan_seconds'] for r in tight):.2f} s).")
+    return "\n".join(out) + "\n"
+
+
+def plans_table(rows: Sequence[dict]) -> str:
+    lines = ["| model (keep everything) | buffers | storages laid out | layout s | method "
+             "| arena/LB | plan s | load |", "|---|---:|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['buffers']} | {r['storages']} | {r['layout_seconds']:.2f} "
+            f"| {r['layout_method']} | {r['arena_bytes'] / r['live_bytes_bound']:.6f} "
+            f"| {r['plan_seconds']:.1f} | {r['load_average']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(rows: Sequence[dict], plans: Sequence[dict], settings: dict,
+                  out_dir: Path = HERE) -> None:
+    payload = {"settings": settings, "results": list(rows), "plans": list(plans)}
     (out_dir / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
     header = (
         f"Time limit {settings['time_limit']:g} s, {settings['workers']} CP-SAT worker(s), "
-        f"seed {settings['seed']}, {settings['machine']}.\n\n"
-        "arena/LB: arena size over the live-bytes lower bound (1.0000 = proven optimal). "
-        "Tight instances are packed to 100% by construction (optimum = lower bound). "
-        "'planner' is `plan_layout` (heuristics, then CP-SAT when they miss the bound).\n\n"
+        f"seed {settings['seed']}, {settings['machine']}; 'load' is the 1-minute load average "
+        "of the 2-core machine (shared) when the instance finished.\n\n"
+        "arena/LB: arena size over the live-bytes lower bound (1.000000 = proven optimal). "
+        "'planner' is `plan_layout` (heuristics, then the canonical search and CP-SAT when they "
+        "miss the bound): 'at LB', or the gap left and whether the exact phase proved the "
+        "bound unreachable. Fixtures: the buffers of their keep-everything plans (alignment 64). "
+        "Traces: real keep-everything plans of bench-scale training steps "
+        "(`python -m bench.layout.traces`, alignment 1). Tight instances are packed to 100% by "
+        "construction (optimum = lower bound).\n\n"
     )
-    (out_dir / "results.md").write_text(header + markdown_table(rows))
+    text = header + summary(rows) + "\n" + markdown_table(rows)
+    if plans:
+        text += ("\nLayout seconds of `plan_graph` keep-everything plans of the bench-scale "
+                 f"models (time limit {settings['plan_time_limit']:g} s, the layout's share "
+                 "from planner.time_budget):\n\n" + plans_table(plans))
+    (out_dir / "results.md").write_text(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,22 +307,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=HERE)
     parser.add_argument("--no-fixtures", action="store_true",
                         help="skip the fixture graphs' plans")
+    parser.add_argument("--no-plans", action="store_true",
+                        help="skip planning the bench-scale models")
+    parser.add_argument("--plan-time-limit", type=float, default=60.0,
+                        help="time limit of each bench-scale model's plan (default 60)")
     args = parser.parse_args(argv)
     if args.quick:
-        instances = synthetic_instances((50, 100), (1,)) + training_instances((500,), (1,))
+        instances = synthetic_instances((150,), (1,)) + training_instances((500,), (1,))
     else:
         seeds = tuple(range(1, args.tight_seeds + 1))
-        instances = synthetic_instances(seeds=seeds) + training_instances()
+        instances = trace_instances() + synthetic_instances(seeds=seeds) + training_instances()
     if not args.no_fixtures:
         instances = fixture_instances() + instances
     rows = run_bench(instances, time_limit=args.time_limit, workers=args.workers, seed=args.seed)
+    plans = [] if args.quick or args.no_plans else plan_rows(args.plan_time_limit)
     settings = {
         "time_limit": args.time_limit, "workers": args.workers, "seed": args.seed,
+        "plan_time_limit": args.plan_time_limit,
         "machine": f"{platform.machine()}, {platform.python_implementation()} "
                    f"{platform.python_version()}",
     }
-    write_results(rows, settings, args.out_dir)
-    print(markdown_table(rows))
+    write_results(rows, plans, settings, args.out_dir)
+    print(summary(rows))
     return 0
 
 
