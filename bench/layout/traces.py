@@ -7,9 +7,10 @@ enough for everything) of a bench-scale training step, with shared storage as on
 storage owners are laid out, over the union of their buffers' ranges: planner.plan.live), raw
 byte sizes and no alignment column (the format's convention: alignment 1). Persistent storages
 (parameters, optimizer state) are plain buffers live over the whole step. The models are
-exported on first use (bench.layout.trace_models, needs torch; minutes each) into bench/models/,
-the traces written to bench/models/traces/NAME.csv; neither is committed (tens to hundreds of
-KB each), so `run_layout_bench` measures the traces that are there.
+exported on first use (bench.layout.trace_models, needs torch; minutes each) into bench/models/
+(not committed). Traces of up to 2,500 buffers (under 100 KB) are written to and committed in
+bench/layout/traces/, larger ones go to bench/models/traces/ (not committed, to keep the
+repository small); `run_layout_bench` measures every trace found in either.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path
 from planner.layout import Buffer, read_buffers_csv
 from planner.plan.live import storage_ranges
 
-TRACES = Path(__file__).resolve().parents[1] / "models" / "traces"
+COMMITTED = Path(__file__).resolve().parent / "traces"
+GENERATED = Path(__file__).resolve().parents[1] / "models" / "traces"
+COMMIT_LIMIT = 2500  # buffers: larger traces are not committed
 EVERYTHING = 1 << 50
 
 # (model, batch): ~800 (resnet18) to ~15,000 (gpt2_d96) buffers; see bench.layout.trace_models
@@ -63,28 +66,27 @@ def write_trace_csv(path: Path, buffers: Sequence[Buffer]) -> None:
 
 
 def make_trace(name: str) -> Path:
-    """bench/models/traces/NAME.csv, exporting and planning the model first if missing."""
+    """NAME.csv (see the module docstring for where), exporting and planning the model first
+    if missing."""
     from bench.layout.trace_models import EXPORT_TOLERANCE, TraceCase, fixture
     from bench.scale_models import export_cached
 
-    path = TRACES / f"{name}.csv"
-    if path.exists():
-        return path
+    for folder in (COMMITTED, GENERATED):
+        if (folder / f"{name}.csv").exists():
+            return folder / f"{name}.csv"
     model, _, batch = name.rpartition("_b")
     case = TraceCase(model, int(batch))
-    onnx_path = export_cached(fixture(case), EXPORT_TOLERANCE)
-    write_trace_csv(path, plan_buffers(onnx_path))
+    buffers = plan_buffers(export_cached(fixture(case), EXPORT_TOLERANCE))
+    path = (COMMITTED if len(buffers) <= COMMIT_LIMIT else GENERATED) / f"{name}.csv"
+    write_trace_csv(path, buffers)
     return path
 
 
-def available_traces(limit: int | None = None) -> list[tuple[str, list[Buffer]]]:
-    """(name, buffers) of every trace written so far, at most ``limit`` buffers, by size."""
-    out = []
-    for path in sorted(TRACES.glob("*.csv")):
-        buffers = read_buffers_csv(path)
-        if limit is None or len(buffers) <= limit:
-            out.append((path.stem, buffers))
-    return sorted(out, key=lambda item: len(item[1]))
+def available_traces() -> list[tuple[str, list[Buffer]]]:
+    """(name, buffers) of every trace written so far, smallest first."""
+    paths = sorted(COMMITTED.glob("*.csv")) + sorted(GENERATED.glob("*.csv"))
+    found = [(path.stem, read_buffers_csv(path)) for path in paths]
+    return sorted(found, key=lambda item: (len(item[1]), item[0]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

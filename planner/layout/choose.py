@@ -42,8 +42,8 @@ _DECISION_SHARE = 0.5
 # and at most a base plus a time per buffer (it solves real traces in about one dive or not
 # soon; tight synthetic instances are CP-SAT's)
 _CANONICAL_SHARE = 0.3
-_CANONICAL_BASE_S = 0.1
-_CANONICAL_PER_BUFFER_S = 2e-4
+_CANONICAL_BASE_S = 0.25
+_CANONICAL_PER_BUFFER_S = 5e-4
 
 
 @dataclass
