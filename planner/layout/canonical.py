@@ -17,7 +17,7 @@ Ideas from MiniMalloc (Moffitt, ASPLOS 2023), written anew for this instance for
 - backjumping: a dead end depends only on the sections its checks read; the search returns to
   the last move that changed one of them (see `canonical_layout`).
 
-Depth-first under a node budget, restarted with other orders (`canonical_portfolio`). When
+Depth-first under a node budget, in two candidate orders (`canonical_portfolio`). When
 buffers could sit at the lowest floor but all of them led to dead ends, leaving that floor
 empty raises it to the next height around it, which is not exhaustive: the search finds
 layouts, it never proves that none exists (the CP-SAT model does, planner.layout.exact).
@@ -51,8 +51,7 @@ class _Sections:
     load: np.ndarray  # per section: the sizes of the members covering it
 
 
-def _sections(instance: LayoutInstance, members: np.ndarray, order: str,
-              seed: int = 0) -> _Sections:
+def _sections(instance: LayoutInstance, members: np.ndarray, order: str) -> _Sections:
     lower, upper = instance.lower[members], instance.upper[members]
     times = np.unique(np.concatenate((lower, upper)))
     first = np.searchsorted(times, lower)
@@ -64,13 +63,8 @@ def _sections(instance: LayoutInstance, members: np.ndarray, order: str,
     np.add.at(delta, end, -size)
     load = np.cumsum(delta)[:k]
     length = upper - lower
-    if seed:  # a perturbed order for restarts: lengths and sizes scaled by up to 1 +- 25%
-        rng = np.random.default_rng(seed)
-        length = length * rng.uniform(0.75, 1.25, len(members))
-        size = size * rng.uniform(0.75, 1.25, len(members))
     keys = (-size, -length) if order == "longest_first" else (-length, -size)
     ranked = np.lexsort((np.arange(len(members)), *keys, first))
-    size = instance.size[members]
     starting: list[list[int]] = [[] for _ in range(k)]
     for j in ranked.tolist():
         starting[int(first[j])].append(j)
@@ -232,13 +226,13 @@ class _Frame:
 
 def canonical_layout(
     instance: LayoutInstance, members: np.ndarray, *, capacity: int, order: str,
-    node_limit: int, deadline: float, seed: int = 0,
+    node_limit: int, deadline: float,
 ) -> tuple[dict[int, int] | None, bool]:
     """Offsets (units) for the free buffers ``members`` (one time component, no pre-placed
     buffers among or around them) with every end at most ``capacity``, or None if the search
     found none within ``node_limit`` moves or by ``deadline`` (``time.perf_counter()``); and
-    whether the search tree was exhausted (the same for every order and seed: they only change
-    the order in which it is explored).
+    whether the search tree was exhausted (the same for every order: orders only change the
+    order in which it is explored).
 
     A node with no move at all is a dead end caused by the last moves that changed the sections
     its checks read (``state.why``: the left neighbour and the sections of the buffers starting
@@ -246,7 +240,7 @@ def canonical_layout(
     trying their alternatives: those moves never touched these sections, and until one of them
     is touched the same dead end recurs.
     """
-    sec = _sections(instance, members, order, seed)
+    sec = _sections(instance, members, order)
     state = _State(sec, instance.zone_top, capacity)
     if instance.zone_top + int(state.rem.max(initial=0)) > capacity:
         return None, True
@@ -276,21 +270,16 @@ def canonical_layout(
 
 
 def canonical_portfolio(
-    instance: LayoutInstance, members: np.ndarray, *, capacity: int, deadline: float
+    instance: LayoutInstance, members: np.ndarray, *, capacity: int, node_budget: int,
+    deadline: float,
 ) -> dict[int, int] | None:
-    """`canonical_layout` with restarts until ``deadline`` or an exhausted search: the orders in
-    turn, then perturbed copies of them (seeds 1, 2, ...), the node budget doubling every round
-    of orders."""
-    budget = 50 * len(members) + 10_000
-    attempt = 0
-    while time.perf_counter() < deadline:
-        order = ORDERS[attempt % len(ORDERS)]
+    """`canonical_layout` in each order (half of ``node_budget`` moves each) until one finds a
+    layout or exhausts the search, so that the outcome does not depend on the machine's speed
+    unless ``deadline`` (wall clock, a safety net) cuts it short."""
+    for order in ORDERS:
         found, exhausted = canonical_layout(instance, members, capacity=capacity, order=order,
-                                            node_limit=budget, deadline=deadline,
-                                            seed=attempt // len(ORDERS))
+                                            node_limit=node_budget // len(ORDERS),
+                                            deadline=deadline)
         if found is not None or exhausted:
             return found
-        attempt += 1
-        if attempt % len(ORDERS) == 0:
-            budget *= 2
     return None

@@ -38,12 +38,13 @@ from planner.layout.types import (
 
 # share of a component's time budget given to the decision at the floor before minimizing
 _DECISION_SHARE = 0.5
-# the canonical search's time before CP-SAT: at most this share of the component's budget,
-# and at most a base plus a time per buffer (it solves real traces in about one dive or not
-# soon; tight synthetic instances are CP-SAT's)
+# the canonical search's moves before CP-SAT: a base plus some per buffer (about 10 us a move
+# here: 0.2 s plus 1 ms per buffer; real traces it solves take about 60 moves per buffer,
+# tight synthetic instances are mostly CP-SAT's), cut short at this share of the component's
+# time
+_CANONICAL_BASE_NODES = 20_000
+_CANONICAL_NODES_PER_BUFFER = 100
 _CANONICAL_SHARE = 0.3
-_CANONICAL_BASE_S = 0.25
-_CANONICAL_PER_BUFFER_S = 5e-4
 
 
 @dataclass
@@ -91,10 +92,10 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float) -> str
     search first (fast on real traces, never a proof), then CP-SAT with the rest."""
     started = time.perf_counter()
     if not len(search.instance.obstacle_idx):
-        budget = min(seconds * _CANONICAL_SHARE,
-                     _CANONICAL_BASE_S + _CANONICAL_PER_BUFFER_S * len(comp))
-        found = canonical_portfolio(search.instance, comp, capacity=goal,
-                                    deadline=started + budget)
+        found = canonical_portfolio(
+            search.instance, comp, capacity=goal,
+            node_budget=_CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(comp),
+            deadline=started + seconds * _CANONICAL_SHARE)
         if found is not None:
             search.accept(found)
             search.canonical += 1

@@ -25,7 +25,7 @@ def _search(buffers: list[Buffer], capacity: int, alignment: int = 64) -> dict[s
     offsets = instance.fixed_off.copy()
     for comp in time_components(instance.lower, instance.upper, instance.free_idx):
         found = canonical_portfolio(instance, comp, capacity=capacity // instance.unit,
-                                    deadline=time.perf_counter() + 5)
+                                    node_budget=100_000, deadline=time.perf_counter() + 30)
         if found is None:
             return None
         for i, off in found.items():
