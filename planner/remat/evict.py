@@ -8,7 +8,8 @@ to build, so it scales to graphs the stage models (planner.remat.problem) cannot
 Here, with the order's future known: the victim is the resident value with the least
 recomputation time per byte and per step until its next read (values no op reads again go
 first; Belady's rule weighted by cost); only outputs of recomputable forward ops
-(planner.remat.problem.forward_phase) are evicted, and values those ops read that cannot be made
+(planner.remat.problem.forward_phase) are evicted, only when their next read comes before any
+state they are made from may be updated in place, and values those ops read that cannot be made
 again (data inputs, random ops' outputs) stay resident while a recomputation may need them.
 Bytes are counted per storage root (a view adds nothing and is evicted with its root); outputs
 count in full (no in-place credit), so the count errs high. The schedule is replayed exactly by
@@ -33,7 +34,7 @@ from planner.memory.schedule import (
     free_after_last_read,
     home_on,
 )
-from planner.memory.sharing import state_updates
+from planner.memory.sharing import Sharing, state_updates
 from planner.memory.simulate import simulate
 from planner.memory.zones import persistent_tensors
 from planner.profile.costs import CostTable
@@ -66,6 +67,8 @@ class _Simulation:
         self.reads = [sorted(position[c] for c in t.consumers) for t in graph.tensors]
         self.cursor = [0] * n  # index into reads[t] of its next read
         self.next_read = np.array([r[0] if r else NEVER for r in self.reads], dtype=np.int64)
+        # Per root: the next read of its storage, through itself or any of its views.
+        self.storage_next = self.next_read.copy()
         self.cost = np.array([0.0 if t.producer is None else
                               costs.op_seconds[t.producer][device] for t in graph.tensors])
         self.recomputable = set(recomputable)
@@ -80,6 +83,9 @@ class _Simulation:
              for t in graph.tensors], dtype=bool)
         # Resident views of each root that could not be made again: the root stays meanwhile.
         self.fixed_views = np.zeros(n, dtype=np.int64)
+        self.cap = _recompute_caps(graph, order, position, self.recomputable, sharing)
+        for root, views in self.views.items():
+            self.storage_next[root] = min(self.next_read[[root, *views]])
         # Sources a recomputation may read: kept while resident, whatever their reads.
         self.pinned = {x for op in self.recomputable for x in graph.ops[op].input_ids
                        if not self.evictable[self.root[x]]}
@@ -164,10 +170,11 @@ class _Simulation:
         roots = {self.root[x] for x in protected}
         candidates = np.fromiter(
             (t for t in self.resident
-             if self.evictable[t] and not self.fixed_views[t] and t not in roots),
+             if self.evictable[t] and not self.fixed_views[t] and t not in roots
+             and (self.storage_next[t] == NEVER or self.storage_next[t] < self.cap[t])),
             dtype=np.int64)
         if len(candidates):
-            distance = np.maximum(self.next_read[candidates] - self.now, 1).astype(np.float64)
+            distance = np.maximum(self.storage_next[candidates] - self.now, 1).astype(np.float64)
             score = self.cost[candidates] / (self.size[candidates] * distance)
             for t in candidates[np.argsort(score, kind="stable")]:
                 if excess <= 0:
@@ -190,6 +197,8 @@ class _Simulation:
             k += 1
         self.cursor[tensor] = k
         self.next_read[tensor] = reads[k] if k < len(reads) else NEVER
+        root = self.root[tensor]
+        self.storage_next[root] = min(self.next_read[[root, *self.views.get(root, ())]])
 
     def _maybe_release(self, tensor: int) -> None:
         """A storage no later op reads through any of its views leaves (the persistent zone,
@@ -200,6 +209,27 @@ class _Simulation:
                 and not any(self.g.tensors[m].is_graph_output
                             or self.next_read[m] != NEVER for m in members)):
             self._evict(root)
+
+
+def _recompute_caps(graph: Graph, order: Sequence[int], position: dict[int, int],
+                    recomputable: set[int], sharing: Sharing) -> np.ndarray:
+    """Per tensor, the position from which its producer may no longer run again: a state it
+    reads (directly or through recomputable inputs) may be overwritten in place by its update
+    chain from then on, and a recomputation would read the new value (or, replayed, force the
+    whole update out of place)."""
+    first_write = {state: min(position[p] for v in chain
+                              if (p := graph.tensors[v].producer) is not None)
+                   for state, chain in sharing.update_chains.items() if chain}
+    op_cap: dict[int, int] = {}
+    for op in order:
+        if op not in recomputable:
+            continue
+        caps = [first_write.get(x, NEVER) for x in graph.ops[op].input_ids]
+        caps += [op_cap.get(producer, NEVER) for x in graph.ops[op].input_ids
+                 if (producer := graph.tensors[x].producer) is not None]
+        op_cap[op] = min(caps, default=NEVER)
+    return np.array([NEVER if t.producer is None else op_cap.get(t.producer, NEVER)
+                     for t in graph.tensors], dtype=np.int64)
 
 
 def evict_schedule(graph: Graph, order: Sequence[int], device: str, budget: int,

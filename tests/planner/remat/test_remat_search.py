@@ -19,7 +19,11 @@ import pytest
 
 from planner.ir.graph import load_graph
 from planner.ir.graph_json import graph_from_node_link
+from planner.memory.replay import replay
+from planner.memory.sharing import state_updates
 from planner.memory.simulate import simulate
+from planner.memory.zones import persistent_tensors
+from planner.order import optimize_order
 from planner.plan.builder import build_plan
 from planner.plan.validate import validate_plan
 from planner.profile import QUICK_POLICY, profile_graph
@@ -143,3 +147,35 @@ def test_a_large_graph_is_planned_by_eviction_within_its_time_limit():
     assert result.status == "FEASIBLE"
     assert costs.fastest_seconds() <= result.bound_seconds <= result.objective_seconds
     assert result.gap is not None and 0 <= result.gap < 1
+
+
+def in_place_updates(graph, schedule) -> set[int]:
+    """States whose new value ends in the state's own bytes in `schedule`."""
+    walk = replay(graph, schedule)
+    history = walk.final()
+    return {state for new, state in state_updates(graph).in_place.items()
+            if history[(new, "cpu")][-1].owner.tensor == state}
+
+
+def test_eviction_never_recomputes_from_a_state_already_updated():
+    """A recomputation reading a weight after its optimizer update would force the update out
+    of place (the new value held to the end of the step, then copied back): on GPT-2-tiny with
+    Adam (the graph ONNX Runtime's extended level rewrites it into) a storage read only through
+    a view was evicted as dead and remade late, which made every budget below 584 KB
+    unreachable. Every state the keep-everything schedule updates in place must stay updated
+    in place, and persistent + half the activation bytes must be reached."""
+    graph = load_graph(model_path("gpt2_tiny_adam"), optimization="extended")
+    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
+    costs = costs_from_profile(profile, graph, ["cpu"])
+    order = optimize_order(graph, use_solver=False).order
+    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64)
+    expected = in_place_updates(graph, keep.schedule)
+    assert expected
+    persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
+    budget = (persistent + keep.stats.peaks["cpu"]) // 2
+    found = evict_candidates(graph, order, "cpu", budget, costs, alignment=64,
+                             deadline=time.perf_counter() + 20)
+    assert found
+    for candidate in found:
+        assert candidate.stats.recomputes > 0
+        assert in_place_updates(graph, candidate.schedule) == expected
