@@ -17,7 +17,7 @@ Ideas from MiniMalloc (Moffitt, ASPLOS 2023), written anew for this instance for
 - backjumping: a dead end depends only on the sections its checks read; the search returns to
   the last move that changed one of them (see `canonical_layout`).
 
-Depth-first under a node budget, in two candidate orders (`canonical_portfolio`). When
+Depth-first under a node budget, in both directions of time (`canonical_portfolio`). When
 buffers could sit at the lowest floor but all of them led to dead ends, leaving that floor
 empty raises it to the next height around it, which is not exhaustive: the search finds
 layouts, it never proves that none exists (the CP-SAT model does, planner.layout.exact).
@@ -33,9 +33,10 @@ import numpy as np
 from planner.layout.instance import LayoutInstance
 
 _INF = np.iinfo(np.int64).max // 4
-# candidate orders at a node (the portfolio of dives): longest lifetime first stacks the nested
-# forward/backward lifetimes of training steps as a pyramid; largest first suits the rest
-ORDERS = ("longest_first", "largest_first")
+# the directions of time the search runs in (the portfolio of dives): a layout of the instance
+# with time reversed is a layout of the instance (the same buffers are live together), and the
+# bottom-left construction may go through from one end of a training step and not the other
+DIRECTIONS = ("forward", "reversed")
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,10 @@ class _Sections:
     load: np.ndarray  # per section: the sizes of the members covering it
 
 
-def _sections(instance: LayoutInstance, members: np.ndarray, order: str) -> _Sections:
+def _sections(instance: LayoutInstance, members: np.ndarray, direction: str) -> _Sections:
     lower, upper = instance.lower[members], instance.upper[members]
+    if direction == "reversed":
+        lower, upper = -upper, -lower
     times = np.unique(np.concatenate((lower, upper)))
     first = np.searchsorted(times, lower)
     end = np.searchsorted(times, upper)
@@ -62,9 +65,9 @@ def _sections(instance: LayoutInstance, members: np.ndarray, order: str) -> _Sec
     np.add.at(delta, first, size)
     np.add.at(delta, end, -size)
     load = np.cumsum(delta)[:k]
-    length = upper - lower
-    keys = (-size, -length) if order == "longest_first" else (-length, -size)
-    ranked = np.lexsort((np.arange(len(members)), *keys, first))
+    # candidates longest first (nested forward/backward lifetimes stack as a pyramid), then
+    # largest, then in input order
+    ranked = np.lexsort((np.arange(len(members)), -size, lower - upper, first))
     starting: list[list[int]] = [[] for _ in range(k)]
     for j in ranked.tolist():
         starting[int(first[j])].append(j)
@@ -225,14 +228,13 @@ class _Frame:
 
 
 def canonical_layout(
-    instance: LayoutInstance, members: np.ndarray, *, capacity: int, order: str,
+    instance: LayoutInstance, members: np.ndarray, *, capacity: int, direction: str,
     node_limit: int, deadline: float,
 ) -> tuple[dict[int, int] | None, bool]:
     """Offsets (units) for the free buffers ``members`` (one time component, no pre-placed
     buffers among or around them) with every end at most ``capacity``, or None if the search
     found none within ``node_limit`` moves or by ``deadline`` (``time.perf_counter()``); and
-    whether the search tree was exhausted (the same for every order: orders only change the
-    order in which it is explored).
+    whether the search tree was exhausted (in this direction of time).
 
     A node with no move at all is a dead end caused by the last moves that changed the sections
     its checks read (``state.why``: the left neighbour and the sections of the buffers starting
@@ -240,7 +242,7 @@ def canonical_layout(
     trying their alternatives: those moves never touched these sections, and until one of them
     is touched the same dead end recurs.
     """
-    sec = _sections(instance, members, order)
+    sec = _sections(instance, members, direction)
     state = _State(sec, instance.zone_top, capacity)
     if instance.zone_top + int(state.rem.max(initial=0)) > capacity:
         return None, True
@@ -273,13 +275,13 @@ def canonical_portfolio(
     instance: LayoutInstance, members: np.ndarray, *, capacity: int, node_budget: int,
     deadline: float,
 ) -> dict[int, int] | None:
-    """`canonical_layout` in each order (half of ``node_budget`` moves each) until one finds a
-    layout or exhausts the search, so that the outcome does not depend on the machine's speed
-    unless ``deadline`` (wall clock, a safety net) cuts it short."""
-    for order in ORDERS:
-        found, exhausted = canonical_layout(instance, members, capacity=capacity, order=order,
-                                            node_limit=node_budget // len(ORDERS),
-                                            deadline=deadline)
-        if found is not None or exhausted:
+    """`canonical_layout` in each direction of time (half of ``node_budget`` moves each) until
+    one finds a layout, so that the outcome does not depend on the machine's speed unless
+    ``deadline`` (wall clock, a safety net) cuts it short."""
+    for direction in DIRECTIONS:
+        found, _ = canonical_layout(instance, members, capacity=capacity, direction=direction,
+                                    node_limit=node_budget // len(DIRECTIONS),
+                                    deadline=deadline)
+        if found is not None:
             return found
     return None
