@@ -17,6 +17,7 @@ import pytest
 from planner.ir.graph import load_plan_graph
 from planner.plan.validate import validate_plan
 from planner.version import PLANNER_VERSION
+from schemas.optimized_graph import SERVICE_DEFAULT
 from schemas.plan import Plan, PlanRequest, compute_plan_id
 from schemas.service import ApiError, PlanList, PlanStatus
 from tests.support.fixture_zoo import REQUIRED, model_path
@@ -160,7 +161,8 @@ def test_fetch_by_id_from_the_command_line(server, tmp_path):
     offline = cli("plan-id", model, *options)
     assert offline.returncode == 0, offline.stderr
     plan_id = offline.stdout.strip()
-    request = PlanRequest(budgets={"cpu": 2**40}, time_limit_s=1, seed=3).model_dump_json()
+    request = PlanRequest(budgets={"cpu": 2**40}, time_limit_s=1, seed=3,
+                          graph_optimization=SERVICE_DEFAULT).model_dump_json()  # the CLI's
     answer = submit(server.url, model_path("cnn_bn_momentum"), request)
     assert answer.status_code == 200 and answer.json()["plan_id"] == plan_id
     out = tmp_path / "plan.json"
