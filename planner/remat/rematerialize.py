@@ -24,7 +24,7 @@ from planner.memory.schedule import Schedule
 from planner.memory.simulate import ScheduleStats, simulate
 from planner.profile.costs import CostTable
 from planner.remat.bounds import CrossingBound, crossing_bound
-from planner.remat.configure import base_reductions, configure
+from planner.remat.configure import base_reductions, configure, home_device
 from planner.remat.decision import Decision, evaluate
 from planner.remat.emit import emit_schedule
 from planner.remat.evict import evict_candidates
@@ -42,6 +42,8 @@ ALTERNATIVES = 8
 # affords (segments of 15 ops) gave nothing but a bound, while their solves took most of the time
 # the heuristics and the fill pass use better (bench/remat).
 LARGE_GRAPH_OPS = 1500
+# Devices a model places ops on (planner.remat.configure builds copy literals per pair).
+MODEL_DEVICES = 4
 # How many of the fastest candidates the fill pass improves.
 FILLED = 3
 
@@ -120,6 +122,12 @@ def plan_remat(
     crossing = _crossing(graph, order, budget_bytes, costs, memory_unit)
     if crossing is not None and math.isinf(crossing.seconds):
         return _crossing_infeasible(graph, budget_bytes, costs, started, crossing)
+    asked = budget_bytes
+    budget_bytes = modelled_devices(budget_bytes)
+    extra: tuple[Reduction, ...] = ()
+    if len(budget_bytes) < len(asked):
+        extra = (Reduction("devices modelled", False, f"ops are placed on the {MODEL_DEVICES} "
+                           "largest budgets (home first); the other devices stay empty"),)
     single = len(budget_bytes) == 1
     evicted = (evict_candidates(graph, order, *next(iter(budget_bytes.items())), costs,
                                 alignment=memory_unit,
@@ -172,8 +180,9 @@ def plan_remat(
                              deadline=started + time_limit)
     model_bound = (solution.bound * problem.time_unit
                    if solution is not None and solution.bound is not None else None)
-    model = ModelOutcome(configured.tier, configured.memory, problem.reductions, exact,
-                         solution.status if solution else None, model_bound)
+    model = ModelOutcome(configured.tier, configured.memory, (*problem.reductions, *extra),
+                         exact and not extra, solution.status if solution else None,
+                         model_bound)
     lower = max(costs.fastest_seconds(), crossing.seconds if crossing else 0.0)
     if exact and model_bound is not None:
         lower = max(lower, model_bound)
@@ -226,6 +235,15 @@ def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
     smallest = min((c.stats.peaks.get(device, 0) for c in candidates), default=None)
     return _result(candidates, evicted, lower, False, model, costs, device, smallest, (),
                    started)
+
+
+def modelled_devices(budget_bytes: Mapping[str, int]) -> dict[str, int]:
+    """The budgets the model places ops on: all of them up to MODEL_DEVICES, else the home
+    device and the next largest budgets (the model grows with the square of the devices: copy
+    literals per pair)."""
+    ranked = sorted(budget_bytes, key=lambda d: (d != home_device(budget_bytes),
+                                                 -budget_bytes[d], d))
+    return {d: budget_bytes[d] for d in ranked[:MODEL_DEVICES]}
 
 
 def _crossing(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],

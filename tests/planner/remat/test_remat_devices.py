@@ -8,9 +8,11 @@ accept the plan with both arenas within their budgets.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from planner.errors import InvalidInputError
+from planner.errors import InfeasibleError, InvalidInputError
 from planner.ir.graph import load_graph
 from planner.order import optimize_order
 from planner.pipeline import plan_graph
@@ -85,3 +87,29 @@ def test_two_host_arenas_split_a_step_that_fits_neither(mlp, monkeypatch, tmp_pa
     assert {s.device for s in plan.steps if isinstance(s, ComputeStep)} == {"cpu", "cpu:1"}
     assert any(isinstance(s, CopyStep) for s in plan.steps)
     assert all(d.arena_bytes <= budgets[d.device] for d in plan.devices)
+
+
+def test_sixty_device_budgets_keep_a_two_second_limit(mlp):
+    """60 budgets (the host and 59 fast devices) once took 17 s with a 2 s limit: the model
+    grows with the square of the devices. It now places ops on the MODEL_DEVICES largest and
+    says so; the request returns within the limit + 5% + 1 s, with a plan or a refusal."""
+    graph, measured, _ = mlp
+    devices = ["cpu", *(f"cuda:{k}" for k in range(59))]
+    ops = [op.model_copy(update={"costs": {d: op.costs["cpu"] for d in devices}})
+           for op in measured.ops]
+    copies = [CopyFit(src=a, dst=b, latency_seconds=1e-7, bytes_per_second=2e10,
+                      method="test: assumed link") for a in devices for b in devices if a != b]
+    profile = measured.model_copy(update={"devices": devices, "ops": ops, "copies": copies})
+    peak = optimize_order(graph, use_solver=False).peak_bytes
+    for share in (1.0, 0.95):
+        budgets = {"cpu": int(peak * share), **{d: peak // 8 for d in devices[1:]}}
+        started = time.perf_counter()
+        try:
+            plan = plan_graph(graph, PlanRequest(budgets=budgets, profile=profile,
+                                                 time_limit_s=2))
+        except InfeasibleError as refusal:
+            assert refusal.smallest_feasible is not None
+        else:
+            assert validate_plan(graph, plan, profile).ok
+            assert all(d.arena_bytes <= budgets[d.device] for d in plan.devices)
+        assert time.perf_counter() - started <= 2 * 1.05 + 1
