@@ -11,12 +11,19 @@ A plan bounds the host memory of its training steps: each host device's arena pl
 workspace (kernel scratch measured per op, `DevicePlan.workspace_bytes`), plus a fixed
 per-process overhead that no plan accounts for: `HOST_OVERHEAD_BYTES` covers what ONNX Runtime
 and the interpreter allocate while steps run (per-run bookkeeping, thread-local GEMM packing
-buffers, the allocator's page granularity and fragmentation). Measured on the fixtures and the
-bench-scale models (bench/runtime/results.md) the steps stay well below it.
+buffers, the allocator's page granularity and fragmentation). That holds only if freed kernel
+scratch goes back to the OS: glibc's malloc otherwise raises its mmap threshold as large blocks
+are freed (up to 32 MiB) and keeps up to twice that of freed heap resident, so the heap grows
+past what is live (UNet: 237 MiB during steps against 209 MiB reserved). `pin_malloc_thresholds`
+fixes both thresholds, as `arenaplan run` does (UNet: 176 MiB; it costs page faults on large
+scratch, ~10% CPU time there). Measured on the fixtures and the bench-scale models
+(bench/runtime/results.md) the steps then stay within the reserved bytes plus the overhead.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import resource
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +32,9 @@ from runtime.devices import parse_device
 from schemas.plan import DevicePlan, Plan
 
 HOST_OVERHEAD_BYTES = 16 << 20  # fixed per-process overhead on top of a plan's host bytes
+
+MALLOC_THRESHOLD_BYTES = 128 << 10  # glibc's own starting mmap threshold
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -59,6 +69,22 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+def pin_malloc_thresholds(threshold: int = MALLOC_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap and trim thresholds for this process (allocations from `threshold` up
+    are mapped and unmapped on free; a heap top freed beyond it is trimmed). False where the C
+    library is not glibc. Process-wide: for the process that runs the steps, not a library."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):
+        return False
+    if mallopt is None:
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, threshold))
 
 
 @dataclass

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.errors import InputValuesError
     from runtime.executor import ExecutorOptions, PlanExecutor
     from runtime.inputs import generated_inputs, loss_output, read_npz
-    from runtime.measure import PeakGrowth, reset_peak_rss
+    from runtime.measure import PeakGrowth, pin_malloc_thresholds, reset_peak_rss
     from runtime.model import read_model
     from runtime.reference import ReferenceSession, check_reference, compare_outputs
 
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.strict_memory and not reset_peak_rss():
         raise InputValuesError("--strict-memory needs a resettable peak RSS (Linux "
                                "/proc/self/clear_refs), which this OS does not offer")
+    pin_malloc_thresholds()  # freed kernel scratch goes back to the OS (runtime.measure)
     model = read_model(args.model)
     plan = _load_plan(args)
     reference_level, tolerance = check_reference(plan, args.optimization)

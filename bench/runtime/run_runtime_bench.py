@@ -10,6 +10,9 @@ each op's kernel scratch), plan it at 100% budget (keep everything, the model as
 each device's kernel workspace set from the profile (planner.profile.workspace), then measure in
 fresh processes (medians over `--runs`, `--model-runs` for the bench-scale graphs):
 
+Every worker process pins glibc's malloc thresholds as `arenaplan run` does
+(runtime.measure.pin_malloc_thresholds: freed kernel scratch goes back to the OS).
+
 - memory: the process's resident set (VmHWM, reset through /proc/self/clear_refs) after
   onnxruntime's process-wide start-up (paid by a one-node session first, reported apart):
     * setup: building the runner (the runtime: arena, sessions, constants and inputs written),
@@ -99,11 +102,12 @@ def worker_memory(mode: str, model_path: str, plan_path: str, inputs_path: str, 
     import numpy as np
 
     from runtime.executor import PlanExecutor
-    from runtime.measure import PeakGrowth, rss_bytes
+    from runtime.measure import PeakGrowth, pin_malloc_thresholds, rss_bytes
     from runtime.model import read_model
     from runtime.plan_io import read_plan
     from runtime.reference import ReferenceSession
 
+    pin_malloc_thresholds()  # as `arenaplan run` does, for every variant
     model = read_model(model_path)
     plan = read_plan(plan_path)
     values = dict(np.load(inputs_path))
@@ -141,10 +145,12 @@ def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, w
     import onnxruntime as ort
 
     from runtime.executor import ExecutorOptions, PlanExecutor
+    from runtime.measure import pin_malloc_thresholds
     from runtime.model import read_model
     from runtime.plan_io import read_plan
     from runtime.reference import ReferenceSession, reference_options
 
+    pin_malloc_thresholds()  # as `arenaplan run` does, for every variant
     model = read_model(model_path)
     plan = read_plan(plan_path)
     values = dict(np.load(inputs_path))
@@ -457,6 +463,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=10.0, help="planner time limit")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--markdown-only", action="store_true",
+                        help="write results.md again from results.json (the notes as they are "
+                        "now), measuring nothing")
     parser.add_argument("--worker-memory", nargs=5, metavar=("MODE", "MODEL", "PLAN", "NPZ", "N"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--worker-time", nargs=6,
@@ -472,9 +481,16 @@ def main() -> int:
         print(json.dumps(worker_time(model, plan, npz, int(n), int(w), variants.split(","))))
         return 0
 
+    if args.markdown_only:
+        results = json.loads((args.out / "results.json").read_text())
+        results["notes"] = NOTES
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+        write_markdown(results, args.out / "results.md")
+        return 0
+
     from runtime.measure import HOST_OVERHEAD_BYTES
 
-    results: dict = {
+    results = {
         "machine": machine(),
         "settings": {"runs": args.runs, "model_runs": args.model_runs, "steps": args.steps,
                      "model_steps": args.model_steps, "time_steps": args.time_steps,
