@@ -1,6 +1,6 @@
 """Buffer traces of real training plans, written as layout CSV for `arenaplan layout --csv`.
 
-    .venv/bin/python -m bench.layout.traces [NAME ...] [--list]
+    .venv/bin/python -m bench.layout.traces [NAME ...] [--cached]
 
 A trace is the arena instance of a real plan: the keep-everything plan (one cpu budget large
 enough for everything) of a bench-scale training step, with shared storage as one buffer (only
@@ -10,7 +10,9 @@ byte sizes and no alignment column (the format's convention: alignment 1). Persi
 exported on first use (bench.layout.trace_models, needs torch; minutes each) into bench/models/
 (not committed). Traces of up to 2,500 buffers (under 100 KB) are written to and committed in
 bench/layout/traces/, larger ones go to bench/models/traces/ (not committed, to keep the
-repository small); `run_layout_bench` measures every trace found in either.
+repository small); `run_layout_bench` measures every trace found in either. With --cached, the
+traces of the bench-scale models already in bench/models/ (the memory and ordering benches'
+exports, batch 4 to 16) are written too, as ``cached_<model>``.
 """
 
 from __future__ import annotations
@@ -76,10 +78,29 @@ def make_trace(name: str) -> Path:
             return folder / f"{name}.csv"
     model, _, batch = name.rpartition("_b")
     case = TraceCase(model, int(batch))
-    buffers = plan_buffers(export_cached(fixture(case), EXPORT_TOLERANCE))
+    return write_trace(name, plan_buffers(export_cached(fixture(case), EXPORT_TOLERANCE)))
+
+
+def write_trace(name: str, buffers: Sequence[Buffer]) -> Path:
     path = (COMMITTED if len(buffers) <= COMMIT_LIMIT else GENERATED) / f"{name}.csv"
     write_trace_csv(path, buffers)
     return path
+
+
+def cached_traces() -> list[Path]:
+    """``cached_<model>.csv`` for every bench-scale model in bench/models/ but the traces' own
+    exports, planned first if missing."""
+    from bench.scale_models import MODELS
+
+    paths = []
+    for onnx_path in sorted(MODELS.glob("*.onnx")):
+        if onnx_path.stem.startswith("trace_"):
+            continue
+        name = f"cached_{onnx_path.stem}"
+        found = [folder / f"{name}.csv" for folder in (COMMITTED, GENERATED)
+                 if (folder / f"{name}.csv").exists()]
+        paths.append(found[0] if found else write_trace(name, plan_buffers(onnx_path)))
+    return paths
 
 
 def available_traces() -> list[tuple[str, list[Buffer]]]:
@@ -93,7 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"traces to make (default all: "
                         f"{', '.join(case_names())})")
+    parser.add_argument("--cached", action="store_true",
+                        help="only the traces of the models already in bench/models/")
     args = parser.parse_args(argv)
+    if args.cached:
+        for path in cached_traces():
+            print(f"{path.stem}: {sum(1 for _ in path.open()) - 1} buffers -> {path}")
+        return 0
     unknown = [n for n in args.names if n not in case_names()]
     if unknown:
         parser.error(f"unknown trace(s) {unknown}; known: {', '.join(case_names())}")
