@@ -2,7 +2,8 @@
 
 `optimize_order` first runs the quick orders (planner.order.heuristics: the file order, which
 ONNX Runtime runs, and three list schedulers), each well under a second up to thousands of ops,
-and measures them with the one shared memory model (planner.memory.liveness). It stops there
+in that order until `time_limit` (the file order always), and measures them with the one shared
+memory model (planner.memory.liveness). It stops there
 when exact ordering cannot pay: the best quick order meets the op-footprint lower bound, or its
 peak is within `enough_bytes` (the caller's budget: keeping everything then already fits, and a
 lower peak buys nothing). Otherwise, within `time_limit`:
@@ -96,7 +97,8 @@ def optimize_order(
     short of exact ordering (stopped "quick" or "enough"), to go on from instead of running the
     quick orders again."""
     started = time.perf_counter()
-    search = _Search.quick(graph) if start is None else _Search.resumed(graph, start)
+    search = (_Search.quick(graph, started + time_limit) if start is None
+              else _Search.resumed(graph, start))
     if not use_solver:
         return search.result("quick", started)
     if search.peak() <= search.lower:
@@ -142,10 +144,16 @@ class _Search:
     solver: dict[str, object] = field(default_factory=dict)
 
     @classmethod
-    def quick(cls, graph: Graph) -> _Search:
+    def quick(cls, graph: Graph, deadline: float) -> _Search:
+        """The quick orders, in QUICK_ORDERS' order until `deadline` (the first always)."""
         started = time.perf_counter()
-        orders = {name: make(graph) for name, make in QUICK_ORDERS.items()}
-        peaks = {name: lifetimes(graph, order).peak for name, order in orders.items()}
+        orders: dict[str, list[int]] = {}
+        peaks: dict[str, int] = {}
+        for name, make in QUICK_ORDERS.items():
+            if orders and time.perf_counter() > deadline:
+                break
+            orders[name] = make(graph)
+            peaks[name] = lifetimes(graph, orders[name]).peak
         lower = order_lower_bound(graph)
         return cls(graph, orders, peaks, lower, time.perf_counter() - started)
 

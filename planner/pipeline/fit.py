@@ -31,8 +31,8 @@ LAYOUT_RETRIES = 3
 @dataclass(frozen=True)
 class RematFit:
     """Remat + layout of one request, retried with lowered targets while an arena overshoots.
-    `keep_all_arena`: the arena keeping everything needs (one device), a budget known to work;
-    the infeasibility answer names it."""
+    `keep_all_arena`: the arena keeping everything needs (one device; laid out when called), a
+    budget known to work; the infeasibility answer names it."""
 
     graph: Graph
     request: PlanRequest
@@ -40,7 +40,7 @@ class RematFit:
     costs: CostTable
     plan_id: str
     clock: TimeBudget
-    keep_all_arena: int | None
+    keep_all_arena: Callable[[], int] | None
 
     def plan(self, notify: Callable[[str, dict], None]) -> BuiltPlan:
         budgets = dict(self.request.budgets)

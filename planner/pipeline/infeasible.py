@@ -9,6 +9,7 @@ the budget impossible for the order or only found nothing in the time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NoReturn
 
 from planner.errors import InfeasibleError
@@ -39,7 +40,7 @@ def check_above_lower_bound(graph: Graph, request: PlanRequest) -> None:
 
 
 def raise_infeasible(graph: Graph, request: PlanRequest, order: OrderResult, costs: CostTable,
-                     result: RematResult, keep_all_arena: int | None) -> NoReturn:
+                     result: RematResult, keep_all_arena: Callable[[], int] | None) -> NoReturn:
     """No plan within the budgets: say what to ask for. Proven infeasibility says so (the exact
     model's verdict); otherwise the smallest budget this planner is known to meet: a plan at the
     smallest peak the heuristics replayed, else keeping everything (`keep_all_arena`)."""
@@ -53,7 +54,7 @@ def raise_infeasible(graph: Graph, request: PlanRequest, order: OrderResult, cos
         if probe is not None:
             known.append(probe)
     if keep_all_arena is not None:
-        known.append(keep_all_arena)
+        known.append(keep_all_arena())
     if known:
         achieved = min(known)
         raise InfeasibleError(

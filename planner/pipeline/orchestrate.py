@@ -89,16 +89,16 @@ def plan_graph_costed(graph: Graph, request: PlanRequest, *,
     single = len(devices) == 1
 
     notify("order", {"ops": len(graph.ops)})
-    quick = optimize_order(graph, use_solver=False)
+    quick = optimize_order(graph, use_solver=False, time_limit=clock.order(maybe_fits=False))
     budget = request.budgets[devices[0]] if single else None
     maybe_fits = budget is not None and budget >= MAY_FIT * quick.peak_bytes
     plan_id = compute_plan_id(graph.model_sha256, request, PLANNER_VERSION)
-    keep_all_arena = None
+    keep_all_arena: int | None = None
     # Ordering stops as soon as an order's peak is within the budget (keeping everything then
     # fits but for fragmentation); only when the layout still overshoots does it go on.
     order = optimize_order(graph, time_limit=clock.order(maybe_fits), workers=request.workers,
                            seed=request.seed, enough_bytes=budget, start=quick)
-    if budget is not None:
+    if budget is not None and order.peak_bytes <= budget:
         built = _keep_everything(graph, request, order, plan_id, clock, maybe_fits, notify)
         if built.plan.devices[0].arena_bytes > budget and order.stopped == "enough":
             order = optimize_order(graph, time_limit=clock.order(maybe_fits),
@@ -107,9 +107,18 @@ def plan_graph_costed(graph: Graph, request: PlanRequest, *,
         keep_all_arena = built.plan.devices[0].arena_bytes
         if keep_all_arena <= budget:
             return Costed(_validated(graph, built.plan, request.profile, notify, clock), None)
+
+    def keep_all() -> int:
+        """The keep-everything arena, a budget known to work (laid out only when a refusal
+        must name it: with the order's peak above the budget it cannot be the plan)."""
+        if keep_all_arena is not None:
+            return keep_all_arena
+        built = _keep_everything(graph, request, order, plan_id, clock, False, notify)
+        return built.plan.devices[0].arena_bytes
+
     profile = profile_for(graph, request, notify)
     fit = RematFit(graph, request, order, costs_from_profile(profile, graph, devices), plan_id,
-                   clock, keep_all_arena)
+                   clock, keep_all if budget is not None else None)
     plan = _validated(graph, fit.plan(notify).plan, profile, notify, clock)
     return Costed(plan, profile if request.profile is None else None)
 
