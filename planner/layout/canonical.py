@@ -36,7 +36,8 @@ _INF = np.iinfo(np.int64).max // 4
 # the directions of time the search runs in (the portfolio of dives): a layout of the instance
 # with time reversed is a layout of the instance (the same buffers are live together), and the
 # bottom-left construction may go through from one end of a training step and not the other
-DIRECTIONS = ("forward", "reversed")
+# (reversed first: it went through on more of the real traces measured, in fewer moves)
+DIRECTIONS = ("reversed", "forward")
 
 
 @dataclass(frozen=True)
@@ -275,13 +276,12 @@ def canonical_portfolio(
     instance: LayoutInstance, members: np.ndarray, *, capacity: int, node_budget: int,
     deadline: float,
 ) -> dict[int, int] | None:
-    """`canonical_layout` in each direction of time (half of ``node_budget`` moves each) until
-    one finds a layout, so that the outcome does not depend on the machine's speed unless
-    ``deadline`` (wall clock, a safety net) cuts it short."""
+    """`canonical_layout` in each direction of time (``node_budget`` moves each) until one finds
+    a layout, so that the outcome does not depend on the machine's speed unless ``deadline``
+    (wall clock, a safety net) cuts it short."""
     for direction in DIRECTIONS:
         found, _ = canonical_layout(instance, members, capacity=capacity, direction=direction,
-                                    node_limit=node_budget // len(DIRECTIONS),
-                                    deadline=deadline)
+                                    node_limit=node_budget, deadline=deadline)
         if found is not None:
             return found
     return None

@@ -38,12 +38,12 @@ from planner.layout.types import (
 
 # share of a component's time budget given to the decision at the floor before minimizing
 _DECISION_SHARE = 0.5
-# the canonical search's moves before CP-SAT: a base plus some per buffer (about 10 us a move
-# here: 0.2 s plus 1 ms per buffer; real traces it solves take about 60 moves per buffer,
-# tight synthetic instances are mostly CP-SAT's), cut short at this share of the component's
-# time
-_CANONICAL_BASE_NODES = 20_000
-_CANONICAL_NODES_PER_BUFFER = 100
+# the canonical search's moves per direction of time before CP-SAT: a base plus some per buffer
+# (10-20 us a move here: 0.1 s plus 1-2 ms per buffer in all; the real traces it solves took up
+# to 57 moves per buffer, the tight synthetic instances it solves under 2,000 moves, and CP-SAT
+# closes the others), cut short at this share of the component's time
+_CANONICAL_BASE_NODES = 5_000
+_CANONICAL_NODES_PER_BUFFER = 60
 _CANONICAL_SHARE = 0.3
 
 
