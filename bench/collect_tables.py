@@ -30,6 +30,12 @@ SECTIONS = {
 EXTRA = [
     ("Runtime: the real planner's plans at 100%, 50% and the minimum budget vs ONNX Runtime "
      "(issue 6)", "runtime/remat_check.md", "bench.runtime.check_remat_plans"),
+    ("Runtime: plans of ONNX Runtime's optimized graph vs its default session (issue 16)",
+     "runtime/optimized_graphs.md", "bench.runtime.optimized_graphs"),
+    ("Rematerialization at persistent + 50% / 30% of the activation bytes, whole request "
+     "timed, plans run (issue 14)", "remat/budgets.md", "bench.remat.run_budget_bench"),
+    ("Rematerialization on small graphs vs the proven optimum (issue 14)", "remat/small.md",
+     "bench.remat.run_small_bench"),
 ]
 
 
