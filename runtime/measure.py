@@ -15,9 +15,11 @@ buffers, the allocator's page granularity and fragmentation). That holds only if
 scratch goes back to the OS: glibc's malloc otherwise raises its mmap threshold as large blocks
 are freed (up to 32 MiB) and keeps up to twice that of freed heap resident, so the heap grows
 past what is live (UNet: 237 MiB during steps against 209 MiB reserved). `pin_malloc_thresholds`
-fixes both thresholds, as `arenaplan run` does (UNet: 176 MiB; it costs page faults on large
-scratch, ~10% CPU time there). Measured on the fixtures and the bench-scale models
-(bench/runtime/results.md) the steps then stay within the reserved bytes plus the overhead.
+fixes both thresholds, as `arenaplan run --strict-memory` does (UNet: 176 MiB). It costs page
+faults on every large scratch block (5-15% more CPU time on the convolutional bench models), so
+a plain run leaves glibc as it is. Measured on the fixtures and the bench-scale models
+(bench/runtime/results.md) the steps of pinned processes stay within the reserved bytes plus
+the overhead.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ each op's kernel scratch), plan it at 100% budget (keep everything, the model as
 each device's kernel workspace set from the profile (planner.profile.workspace), then measure in
 fresh processes (medians over `--runs`, `--model-runs` for the bench-scale graphs):
 
-Every worker process pins glibc's malloc thresholds as `arenaplan run` does
-(runtime.measure.pin_malloc_thresholds: freed kernel scratch goes back to the OS).
+Memory workers pin glibc's malloc thresholds as `arenaplan run --strict-memory` does
+(runtime.measure.pin_malloc_thresholds: freed kernel scratch goes back to the OS); time workers
+leave glibc as it is, like a plain `arenaplan run`.
 
 - memory: the process's resident set (VmHWM, reset through /proc/self/clear_refs) after
   onnxruntime's process-wide start-up (paid by a one-node session first, reported apart):
@@ -107,7 +108,7 @@ def worker_memory(mode: str, model_path: str, plan_path: str, inputs_path: str, 
     from runtime.plan_io import read_plan
     from runtime.reference import ReferenceSession
 
-    pin_malloc_thresholds()  # as `arenaplan run` does, for every variant
+    pin_malloc_thresholds()  # as `arenaplan run --strict-memory` does, for every variant
     model = read_model(model_path)
     plan = read_plan(plan_path)
     values = dict(np.load(inputs_path))
@@ -145,12 +146,10 @@ def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, w
     import onnxruntime as ort
 
     from runtime.executor import ExecutorOptions, PlanExecutor
-    from runtime.measure import pin_malloc_thresholds
     from runtime.model import read_model
     from runtime.plan_io import read_plan
     from runtime.reference import ReferenceSession, reference_options
 
-    pin_malloc_thresholds()  # as `arenaplan run` does, for every variant
     model = read_model(model_path)
     plan = read_plan(plan_path)
     values = dict(np.load(inputs_path))
