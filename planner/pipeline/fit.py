@@ -41,6 +41,9 @@ class RematFit:
     plan_id: str
     clock: TimeBudget
     keep_all_arena: Callable[[], int] | None
+    # Other orders the eviction simulation may use (an order tuned for keeping everything can
+    # leave more than the budget that eviction cannot touch).
+    other_orders: tuple[tuple[int, ...], ...] = ()
 
     def plan(self, notify: Callable[[str, dict], None]) -> BuiltPlan:
         budgets = dict(self.request.budgets)
@@ -51,6 +54,7 @@ class RematFit:
                 self.graph, self.order.order, target, self.costs,
                 time_limit=self.clock.remat(attempt), workers=self.request.workers,
                 seed=self.request.seed, memory_unit=self.request.alignment,
+                other_orders=self.other_orders,
             )
             if result.best is None:
                 raise_infeasible(self.graph, self.request, self.order, self.costs, result,

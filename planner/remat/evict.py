@@ -268,21 +268,33 @@ class _TooDeep(Exception):
 FACTORS = (1.0, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6)
 
 
-def evict_candidates(graph: Graph, order: Sequence[int], device: str, budget: int,
+def evict_candidates(graph: Graph, orders: Sequence[Sequence[int]], device: str, budget: int,
                      costs: CostTable, *, alignment: int, deadline: float) -> list[Candidate]:
-    """Replayed eviction schedules within `budget`, at the FACTORS of it until one fits (and the
-    next factor, whose schedule may be faster) or `deadline` passes (the first always runs);
-    cheapest first."""
-    recomputable, _ = forward_phase(graph, order, RematOptions())
+    """Replayed eviction schedules within `budget`, cheapest first. Each of `orders` in turn
+    (the next only when the ones before gave nothing: an order tuned for keeping everything can
+    leave more than the budget that eviction cannot touch), at the FACTORS of the budget until
+    two fit, a lower factor stops lowering the replayed peak, or `deadline` passes (the first
+    run always completes)."""
     fitting: list[Candidate] = []
-    for k, factor in enumerate(FACTORS):
-        if (k and time.perf_counter() > deadline) or len(fitting) >= 2:
+    runs = 0
+    for number, order in enumerate(orders):
+        if fitting:
             break
-        evicted = evict_schedule(graph, order, device, int(budget * factor), costs,
-                                 recomputable, alignment=alignment)
-        if evicted is None:
-            continue
-        stats = simulate(graph, evicted.schedule, costs, alignment=alignment)
-        if stats.fits({device: budget}):
-            fitting.append(Candidate(f"evict@{factor:g}", None, None, evicted.schedule, stats))
+        recomputable, _ = forward_phase(graph, order, RematOptions())
+        floor: int | None = None
+        for factor in FACTORS:
+            if (runs and time.perf_counter() > deadline) or len(fitting) >= 2:
+                break
+            runs += 1
+            evicted = evict_schedule(graph, order, device, int(budget * factor), costs,
+                                     recomputable, alignment=alignment)
+            if evicted is None:
+                continue
+            stats = simulate(graph, evicted.schedule, costs, alignment=alignment)
+            if stats.fits({device: budget}):
+                name = f"evict@{factor:g}" + (f"/order{number}" if number else "")
+                fitting.append(Candidate(name, None, None, evicted.schedule, stats))
+            elif floor is not None and stats.peaks[device] >= floor:
+                break  # what is left is what eviction cannot touch in this order
+            floor = stats.peaks[device] if floor is None else min(floor, stats.peaks[device])
     return sorted(fitting, key=lambda c: c.seconds)

@@ -99,7 +99,7 @@ class RematResult:
 def plan_remat(
     graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int], costs: CostTable, *,
     time_limit: float = 30.0, workers: int = 1, seed: int = 0, memory_unit: int = 64,
-    use_solver: bool = True,
+    use_solver: bool = True, other_orders: Sequence[Sequence[int]] = (),
 ) -> RematResult:
     """Best schedule within `budget_bytes` (per device) found in `time_limit` seconds.
 
@@ -108,7 +108,9 @@ def plan_remat(
     of them it can express; replayed too) compete; the fastest ones then drop the recomputations
     the budget can afford (planner.remat.fill), and the fastest replayed schedule that fits
     wins. Past LARGE_GRAPH_OPS ops no model is solved: heuristics and the fill pass share the
-    time. Without `use_solver` (feasibility probes) the heuristics alone run. Status: OPTIMAL
+    time. `other_orders` (other topological orders of the graph, say the quick ones) are tried
+    by the eviction simulation when `order` gives it nothing. Without `use_solver` (feasibility
+    probes) the heuristics alone run. Status: OPTIMAL
     when it meets a lower bound valid for every schedule of the order (the crossing bound,
     planner.remat.bounds, or the model's own bound when the model is exact);
     INFEASIBLE when the exact model, the op-footprint bound or the crossing bound rules the
@@ -129,7 +131,8 @@ def plan_remat(
         extra = (Reduction("devices modelled", False, f"ops are placed on the {MODEL_DEVICES} "
                            "largest budgets (home first); the other devices stay empty"),)
     single = len(budget_bytes) == 1
-    evicted = (evict_candidates(graph, order, *next(iter(budget_bytes.items())), costs,
+    evicted = (evict_candidates(graph, [order, *other_orders],
+                                *next(iter(budget_bytes.items())), costs,
                                 alignment=memory_unit,
                                 deadline=started + shares.evict * time_limit) if single else [])
     if single and len(graph.ops) > LARGE_GRAPH_OPS:

@@ -91,7 +91,7 @@ def test_fill_with_the_keep_everything_budget_drops_every_recomputation(seed):
     graph, costs = chain(seed, 14)
     order = list(range(len(graph.ops)))
     keep = baselines.keep_all(graph, order, "cpu", costs, alignment=1).stats
-    start = evict_candidates(graph, order, "cpu", keep.peaks["cpu"] * 2 // 3, costs,
+    start = evict_candidates(graph, [order], "cpu", keep.peaks["cpu"] * 2 // 3, costs,
                              alignment=1, deadline=time.perf_counter() + 10)
     assert start and start[0].stats.recomputes > 0
     filled = fill_budget(graph, start[0].schedule, start[0].stats, keep.peaks, costs,
@@ -111,7 +111,7 @@ def test_eviction_and_fill_plans_pass_the_validator(name):
     planned = 0
     for share in (0.9, 0.8, 0.7):
         budget = int(keep.peaks["cpu"] * share)
-        found = evict_candidates(graph, order, "cpu", budget, costs, alignment=64,
+        found = evict_candidates(graph, [order], "cpu", budget, costs, alignment=64,
                                  deadline=time.perf_counter() + 20)
         for candidate in found[:1]:
             assert candidate.stats.peaks["cpu"] <= budget
@@ -173,7 +173,7 @@ def test_eviction_never_recomputes_from_a_state_already_updated():
     assert expected
     persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
     budget = (persistent + keep.stats.peaks["cpu"]) // 2
-    found = evict_candidates(graph, order, "cpu", budget, costs, alignment=64,
+    found = evict_candidates(graph, [order], "cpu", budget, costs, alignment=64,
                              deadline=time.perf_counter() + 20)
     assert found
     for candidate in found:
