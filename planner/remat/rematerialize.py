@@ -44,8 +44,10 @@ ALTERNATIVES = 8
 LARGE_GRAPH_OPS = 1500
 # Devices a model places ops on (planner.remat.configure builds copy literals per pair).
 MODEL_DEVICES = 4
-# How many of the fastest candidates the fill pass improves.
+# How many of the fastest candidates the fill pass improves, and how far below the budget it
+# fills them again (room for the layout's fragmentation).
 FILLED = 3
+FILL_MARGINS = (0.005, 0.02)
 
 
 @dataclass(frozen=True)
@@ -261,21 +263,27 @@ def _crossing(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int
 
 def _filled(graph: Graph, candidates: Sequence[Candidate], budget_bytes: Mapping[str, int],
             costs: CostTable, memory_unit: int, deadline: float) -> list[Candidate]:
-    """The FILLED fastest distinct candidates with the recomputations the budget can afford
-    dropped (planner.remat.fill), each given an equal share of the time left; all candidates,
-    fastest first."""
+    """The FILLED fastest candidates with the recomputations the budget can afford dropped
+    (planner.remat.fill), each given an equal share of the time left, and each filled again
+    to FILL_MARGINS below the budget: filled right up to it, a schedule leaves the layout no
+    room to fragment, and a runner-up a little slower then beats one much slower
+    (planner.pipeline.fit). All candidates, fastest first."""
     out = list(candidates)
-    for k, candidate in enumerate(candidates[:FILLED]):
+    targets = [(1.0, "fill"), *((1 - m, f"fill-{m:g}") for m in FILL_MARGINS)]
+    work = [(c, share, label) for c in candidates[:FILLED] if c.stats.recomputes
+            for share, label in targets]
+    for k, (candidate, share, label) in enumerate(work):
         left = deadline - time.perf_counter()
         if left <= 0:
             break
-        if candidate.stats.recomputes == 0:
+        target = {d: int(b * share) for d, b in budget_bytes.items()}
+        if not candidate.stats.fits(target):
             continue
-        share = left / (min(FILLED, len(candidates)) - k)
-        filled = fill_budget(graph, candidate.schedule, candidate.stats, budget_bytes, costs,
-                             alignment=memory_unit, deadline=time.perf_counter() + share)
+        filled = fill_budget(graph, candidate.schedule, candidate.stats, target, costs,
+                             alignment=memory_unit,
+                             deadline=time.perf_counter() + left / (len(work) - k))
         if filled.dropped:
-            out.append(replace(candidate, name=f"{candidate.name}+fill",
+            out.append(replace(candidate, name=f"{candidate.name}+{label}",
                                schedule=filled.schedule, stats=filled.stats))
     return sorted(out, key=lambda c: c.seconds)
 
