@@ -446,6 +446,36 @@ NOTES = [
     "compare. The runtime runs each segment of consecutive compute steps as one session; "
     "*cost of a segment* is (per-op sessions - segments) CPU time over the extra sessions. The "
     "plan's prediction is the sum of per-op medians measured in isolation (planner.profile).",
+    "",
+    "Findings (issue 16; this run, load average 4-5 on the 2 shared cores):",
+    "- Memory: with glibc's malloc thresholds pinned (`--strict-memory`), the process's peak "
+    "during the steps exceeds the plan's arena + workspace by at most 1.8 MiB (cnn_bn_momentum; "
+    "the target overhead is 16 MiB), each model in a fresh process; on the bench-scale graphs "
+    "it stays below the reserved bytes (parameters and state were written at setup). The "
+    "workspace is what a plan without it missed: up to 64 MiB of convolution scratch on "
+    "UNet-Adam, 8 MiB of Where temporaries on ResNet-18. Unpinned, glibc keeps freed scratch "
+    "in a heap grown past what is live: UNet-Adam's steps peaked 27 MiB above the reserved bytes.",
+    "- Counting setup too (*total peak*), the runtime stays within reserved + 13 MiB except "
+    "MobileNetV2 (+27 MiB) and GPT-2-small (+21 MiB): the structures of a session of 4500-4700 "
+    "nodes, which no plan counts; and at or below ONNX Runtime's default session everywhere "
+    "(0.46-0.99x of its total peak).",
+    "- Step time (glibc as it is): 0.66-0.94x of ONNX Runtime's default session in CPU time on "
+    "the six fixtures, 0.93-1.00x on VGG-11, ResNet-18, UNet-Adam, BERT-small and GPT-2-small, "
+    "1.09x on MobileNetV2: the default session fuses each convolution with its activation, "
+    "which a plan "
+    "of the model as sent cannot (planning ONNX Runtime's optimized graph is issue 16 item 1). "
+    "Pinning malloc costs page faults on large scratch: 5-15% more CPU time on the "
+    "convolutional models (another run: resnet_cifar 1.08x, MobileNetV2 1.18x, UNet-Adam 1.11x).",
+    "- Segments: every case now runs as one session per device; the former cap of 1024 compute "
+    "steps split the bench-scale graphs into 2-5. A segment costs 1.6-6 us of CPU time per step "
+    "(per-op sessions against one), so the cap cost under 0.1 ms a step: merging segments "
+    "matters for small graphs run as many sessions, not at bench scale.",
+    "- Threads: with other processes on both cores, 2 intra-op threads are slower than 1 for "
+    "ONNX Runtime's own session and for the runtime alike (a worker waits for a descheduled "
+    "partner at every parallel section); the runtime's 2-thread step is 0.94-1.09x the default "
+    "session's on the bench-scale graphs (GPT-2-small, mostly large matrix products, gains "
+    "1.16x with 2 threads, ONNX Runtime 1.15x), so `--threads N` gives what ONNX Runtime's "
+    "threads give; a real speedup needs idle cores.",
 ]
 
 
