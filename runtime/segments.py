@@ -28,11 +28,10 @@ only the steps reading its output count as uses of them. An elementwise kernel r
 element before writing it (tests/runtime/test_in_place_kernels.py checks every such op type).
 
 Copy steps end a segment; free steps are transparent (they only end a life); a change of device
-starts a new segment. Nothing else does: a segment has no size cap by default. Each segment
-costs one session run per step (onnxruntime's fixed cost of a run, tens of microseconds; measured
-in bench/runtime/results.md) and one session to build, and a longer segment builds no slower per
-node, so the fewest segments the order allows are the fastest: MobileNetV2's 4683 compute steps
-run as one session instead of five under the former cap of 1024.
+starts a new segment. Nothing else does: a segment has no size cap by default (MobileNetV2's
+4683 compute steps run as one session, five under the former cap of 1024). Each segment costs
+one session run per step, onnxruntime's fixed cost of a run: 1.6-6 us of CPU time measured in
+bench/runtime/results.md, which matters for small graphs split into many segments.
 """
 
 from __future__ import annotations
