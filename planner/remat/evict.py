@@ -86,9 +86,14 @@ class _Simulation:
         self.cap = _recompute_caps(graph, order, position, self.recomputable, sharing)
         for root, views in self.views.items():
             self.storage_next[root] = min(self.next_read[[root, *views]])
-        # Sources a recomputation may read: kept while resident, whatever their reads.
+        # Values a recomputation may read that cannot be made again (a dropout mask): held
+        # until the last read of anything recomputable made from them.
+        reach = _reach(graph, order, self.recomputable, self.reads)
         self.pinned = {x for op in self.recomputable for x in graph.ops[op].input_ids
                        if not self.evictable[self.root[x]]}
+        self.release_at: dict[int, list[int]] = {}
+        for x in self.pinned:
+            self.release_at.setdefault(reach[x], []).append(x)
         self.persistent = persistent_tensors(graph)
         self.resident: set[int] = set()
         self.resident_mask = np.zeros(n, dtype=bool)  # the same, for vectorized victim choice
@@ -111,6 +116,8 @@ class _Simulation:
                 self._advance(x)
             for x in (*g.ops[op].input_ids, *g.ops[op].output_ids):
                 self._maybe_release(x)
+            for x in self.release_at.get(now, ()):
+                self._maybe_release(x, due=True)
         kept = drop_dead_recomputations(g, self.events, home)
         schedule = Schedule(tuple(free_after_last_read(g, kept, home)), home)
         return Evicted(schedule, self.overshoot)
@@ -202,12 +209,13 @@ class _Simulation:
         root = self.root[tensor]
         self.storage_next[root] = min(self.next_read[[root, *self.views.get(root, ())]])
 
-    def _maybe_release(self, tensor: int) -> None:
-        """A storage no later op reads through any of its views leaves (the persistent zone,
-        graph outputs and sources of recomputations stay)."""
+    def _maybe_release(self, tensor: int, due: bool = False) -> None:
+        """A storage no later op reads through any of its views leaves (the persistent zone and
+        graph outputs stay, and values a recomputation may read until they are `due`)."""
         root = self.root[tensor]
         members = (root, *self.views.get(root, ()))
-        if (root in self.resident and root not in self.persistent and root not in self.pinned
+        if (root in self.resident and root not in self.persistent
+                and (due or not any(m in self.pinned for m in members))
                 and not any(self.g.tensors[m].is_graph_output
                             or self.next_read[m] != NEVER for m in members)):
             self._evict(root)
@@ -224,6 +232,19 @@ def _cheapest_first(score: np.ndarray, size: np.ndarray, excess: int) -> np.ndar
             return head
         k *= 8
     return np.argsort(score, kind="stable")
+
+
+def _reach(graph: Graph, order: Sequence[int], recomputable: set[int],
+           reads: Sequence[Sequence[int]]) -> list[int]:
+    """Per tensor, the last position at which it or anything recomputable made from it
+    (transitively) is read: until then a recomputation may need it."""
+    reach = [r[-1] if r else -1 for r in reads]
+    for op in reversed(order):
+        if op in recomputable:
+            last = max((reach[t] for t in graph.ops[op].output_ids), default=-1)
+            for x in graph.ops[op].input_ids:
+                reach[x] = max(reach[x], last)
+    return reach
 
 
 def _recompute_caps(graph: Graph, order: Sequence[int], position: dict[int, int],

@@ -23,10 +23,12 @@ nodes. Here:
 - **home**: one designated device holds sources, constants, state and graph outputs; ops that
   write a graph output or an in-place state update are pinned there and run once.
 - **recomputation**: only ops of the forward phase (everything the order runs before the last
-  forward-region op, except optimizer ops, ops writing outputs or state, and nondeterministic ops
-  such as Dropout) whose inputs come from such ops or sources may be recomputed, and only in the
-  stages `recompute_stages` allows (see RematOptions). A recomputation reading a state that is
-  updated in place may not run after the update (it would read the new value).
+  forward-region op, except optimizer ops, ops writing outputs or state, nondeterministic ops
+  such as RandomUniformLike, and the ops reading their draws directly) may be recomputed, and
+  only in the stages `recompute_stages` allows (see RematOptions). What they read from ops that
+  are not recomputed (a dropout mask: the comparison of a draw) is kept for them: a
+  recomputation needs its inputs resident like any computation. A recomputation reading a state
+  that is updated in place may not run after the update (it would read the new value).
 
 Memory is counted in `memory_unit` bytes (each tensor rounded up: conservative), time in
 `time_unit` seconds, each op rounded down, so that the model's bound times the unit is a lower
@@ -215,7 +217,8 @@ def forward_phase(graph: Graph, order: Sequence[int], options: RematOptions
         ):
             continue
         producers = [graph.tensors[t].producer for t in op.input_ids]
-        if all(p is None or p in recomputable for p in producers):
+        if not any(p is not None and graph.ops[p].op_type in NONDETERMINISTIC_OPS
+                   for p in producers):
             recomputable.add(op_id)
     return recomputable, end
 
