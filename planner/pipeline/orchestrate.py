@@ -23,6 +23,7 @@ from planner.plan.builder import BuiltPlan, build_plan
 from planner.plan.validate import validate_plan
 from planner.profile.costs import costs_from_profile
 from planner.profile.for_request import profile_for
+from planner.profile.workspace import with_workspace
 from planner.time_budget import TimeBudget
 from planner.version import PLANNER_VERSION
 from schemas.plan import Plan, PlanRequest, compute_plan_id
@@ -138,6 +139,8 @@ def _keep_everything(graph: Graph, request: PlanRequest, order: OrderResult, pla
 
 def _validated(graph: Graph, plan: Plan, profile: Profile | None, notify: ProgressCallback,
                clock: TimeBudget) -> Plan:
+    if profile is not None:
+        plan = with_workspace(graph, plan, profile)
     notify("validate", {})
     report = validate_plan(graph, plan, profile)
     if not report.ok:

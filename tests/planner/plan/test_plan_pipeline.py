@@ -9,8 +9,10 @@ import pytest
 from arenaplan.cli import main
 from planner.errors import InfeasibleError
 from planner.ir.graph import load_graph
-from planner.pipeline import plan_model
+from planner.pipeline import plan_graph, plan_model
 from planner.plan.validate import validate_plan
+from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.workspace import plan_workspace
 from schemas.plan import ComputeStep, FreeStep, Plan, PlanRequest, compute_plan_id
 from tests.support.fixture_zoo import model_path
 
@@ -136,3 +138,15 @@ def test_validator_rejects_a_missing_output(cnn):
     broken = plan.model_copy(update={"steps": steps})
     errors = validate_plan(graph, broken).errors
     assert any(f"graph output {loss.name} is not live" in e for e in errors)
+
+
+@pytest.mark.usefixtures("private_profile_cache")
+def test_plans_reserve_the_profiled_kernel_workspace():
+    """With a profile (always, once remat runs) every device's workspace is its largest compute
+    step's measured scratch (planner.profile.workspace); the runtime reserves it beside the
+    arena."""
+    graph = load_graph(model_path("cnn_bn_momentum"))
+    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
+    plan = plan_graph(graph, PlanRequest(budgets={"cpu": 1 << 30}, profile=profile,
+                                         time_limit_s=10))
+    assert plan.devices[0].workspace_bytes == plan_workspace(graph, plan, profile)["cpu"] > 0
