@@ -20,7 +20,8 @@ SECTIONS = {
     "layout": "Arena layout: arena / lower bound and solve time, greedy vs exact (issue 5)",
     "profile": "Operator profiling: wall time, cold and warm cache (issue 3)",
     "remat": "Rematerialization: budget vs predicted overhead, ours vs baselines (issue 4)",
-    "runtime": "Runtime: arena vs ONNX Runtime memory, step time (issue 6)",
+    "runtime": "Runtime: process peak vs arena + workspace, step time vs ONNX Runtime, segments, "
+               "threads (issues 6 and 16)",
     "service": "Service: concurrent requests, cached-plan latency (issues 7 and 15)",
     "memory": "Memory: keep-everything arena vs PyTorch eager and ONNX Runtime, before and "
               "after views and in-place writes (issue 13)",
