@@ -17,7 +17,8 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 SECTIONS = {
     "order": "Operator ordering: peak live bytes vs the file order (issue 5)",
-    "layout": "Arena layout: arena / lower bound and solve time, greedy vs exact (issue 5)",
+    "layout": "Arena layout: fixture plans, real traces of keep-everything plans (batch 4-128), "
+              "tight synthetic instances; at the bound or the gap (issues 5 and 17)",
     "profile": "Operator profiling: wall time, cold and warm cache (issue 3)",
     "remat": "Rematerialization: budget vs predicted overhead, ours vs baselines (issue 4)",
     "runtime": "Runtime: process peak vs arena + workspace, step time vs ONNX Runtime, segments, "

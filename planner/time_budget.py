@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 # The seconds any phase gets however little time is left: a phase cut to nothing returns
 # nothing, which is worse than overrunning the limit a little.
 PHASE_FLOOR_S = 1.0
-# Layout time limits: the keep-everything arena when remat is certainly needed anyway, a remat
-# schedule's arenas, a runner-up schedule's arenas and the infeasibility probe's arena.
+# Layout time limits: the keep-everything arena when remat is certainly needed anyway, and when
+# the budget leaves room above its live bytes, a remat schedule's arenas, a runner-up
+# schedule's arenas and the infeasibility probe's arena.
 QUICK_LAYOUT_S = 5.0
+ROOMY_LAYOUT_S = 2.0
 REMAT_LAYOUT_S = 10.0
 PROBE_S = 5.0
 
@@ -99,10 +101,13 @@ class TimeBudget:
         share = self.shares.order_may_fit if maybe_fits else self.shares.order_remat
         return self.limit_s * share
 
-    def keep_layout(self, maybe_fits: bool) -> float:
+    def keep_layout(self, maybe_fits: bool, roomy: bool = False) -> float:
+        """The keep-everything layout: its share when keeping everything may just fit, else
+        QUICK_LAYOUT_S; ROOMY_LAYOUT_S when the budget leaves the arena room above the live
+        bytes (more time would only shave a fraction of a percent off it)."""
         cap = (max(QUICK_LAYOUT_S, self.shares.keep_layout * self.limit_s) if maybe_fits
                else QUICK_LAYOUT_S)
-        return min(self.left(), cap)
+        return min(self.left(), ROOMY_LAYOUT_S if roomy else cap)
 
     def remat(self, attempt: int) -> float:
         """The remat solve of `attempt` (0: the first; then the retries after an overshoot)."""

@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent
 BENCH_MODELS = REPO / "bench" / "models"
 DEFAULT_MODELS = ("mlp_sgd", "cnn_bn_momentum", "unet_small", "resnet_cifar", "gpt2_tiny_adam",
-                  "resnet18_narrow", "vgg11_sgd", "resnet18_momentum", "bert_small_adam")
+                  "resnet18_narrow", "vgg11_sgd", "resnet18_momentum", "mobilenet_v2_momentum",
+                  "unet_adam", "bert_small_adam", "gpt2_small_adam")
 LEVELS = ("disable", "basic", "extended")
 GENEROUS = 2**40
 
@@ -144,11 +145,15 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "INPUTS"), help=argparse.SUPPRESS)
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other models of an existing optimized_graphs.json")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(*args.worker, args.steps, args.warmup)))
         return 0
     results: dict = {"load_before": list(os.getloadavg()), "steps": args.steps, "models": {}}
+    if args.merge and (OUT / "optimized_graphs.json").exists():
+        results["models"] = json.loads((OUT / "optimized_graphs.json").read_text())["models"]
     for name in args.models:
         files = model_files(name)
         if files is None:

@@ -34,6 +34,8 @@ ProgressCallback = Callable[[str, dict], None]
 # With one device, ordering and the keep-everything layout get the larger shares of the time
 # (planner.time_budget) when the quick order's peak is within this factor of the budget.
 MAY_FIT = 0.9
+# A budget this far above the order's live bytes leaves the layout room: its quick cap applies.
+ROOMY_BUDGET = 0.01
 
 
 class PlanValidationError(RuntimeError):
@@ -128,12 +130,13 @@ def plan_graph_costed(graph: Graph, request: PlanRequest, *,
 def _keep_everything(graph: Graph, request: PlanRequest, order: OrderResult, plan_id: str,
                      clock: TimeBudget, maybe_fits: bool, notify: ProgressCallback) -> BuiltPlan:
     """The plan that runs `order` on the one device keeping every value until its last read."""
-    device = next(iter(request.budgets))
+    device, budget = next(iter(request.budgets.items()))
     notify("layout", {"peak_live_bytes": order.peak_bytes})
+    roomy = budget >= order.peak_bytes * (1 + ROOMY_BUDGET)
     return build_plan(
         graph, sequential_schedule(graph, order.order, device), request, plan_id=plan_id,
         planner_version=PLANNER_VERSION, solvers=(order.report(),),
-        layout_time_limit=clock.keep_layout(maybe_fits),
+        layout_time_limit=clock.keep_layout(maybe_fits, roomy=roomy),
     )
 
 
