@@ -29,6 +29,7 @@ from tests.support.service import (
 # needs rematerialization, whose solver uses its whole time limit. (At a generous budget the
 # planner may finish within a few seconds, before a test sees the job running.)
 LONG_JOB = {"budget": 3_000_000, "time_limit_s": 10}
+OVERDUE_BUDGET = 3_300_000
 
 
 def _running(url: str, plan_id: str, timeout: float = 30) -> None:
@@ -131,9 +132,10 @@ def test_a_dead_or_overdue_solver_fails_its_job_and_the_service_goes_on(tmp_path
             wait_for(service.url, crash_id, until=(409,), timeout=20).text)
         assert failed.error == "worker_crashed" and "SIGKILL" in failed.detail
 
-        # a budget that needs recomputation: the solver uses its 30 s, the job limit is 4 s
-        overdue = submit(service.url, model_path("resnet18_narrow"),
-                         request_json(LONG_JOB["budget"], time_limit_s=30, seed=4), wait=30)
+        # a budget below any plan the planner meets (about half of resnet_cifar's peak): the
+        # solver searches for its 30 s, the job limit is 4 s
+        overdue = submit(service.url, model_path("resnet_cifar"),
+                         request_json(OVERDUE_BUDGET, time_limit_s=30, seed=4), wait=30)
         error = ApiError.model_validate_json(overdue.text)
         assert overdue.status_code == 409 and error.error == "timeout", overdue.text[:300]
         assert "limit of 4 s" in error.detail
