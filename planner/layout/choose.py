@@ -213,7 +213,8 @@ def plan_layout(
     and proven minimal, else a proven lower bound with ``is_lower_bound``) or none was found in
     time. Deterministic for the same input, seed and worker count: inside the search, budgets
     are CP-SAT deterministic time; only a search cut short by the wall-clock ``time_limit``
-    (``timed_out``) can end differently on a busier machine. Several workers run CP-SAT's
+    (``timed_out``), or heuristics cut short by it on instances so large that they take longer,
+    can end differently on a busier machine. Several workers run CP-SAT's
     interleaved (deterministic) parallel search. Raises InvalidInputError for invalid buffers
     or arguments.
     """
@@ -223,7 +224,7 @@ def plan_layout(
     u = instance.unit
     live = live_bound_units(instance)
     reduced = stack_always_live(instance)
-    results = run_heuristics(reduced, target=live)
+    results = run_heuristics(reduced, target=live, deadline=started + time_limit)
     best = results[0] if results else None
     offsets = best.offsets.copy() if best is not None else instance.fixed_off.copy()
     method = best.method if best is not None else "fixed"

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,14 +99,19 @@ HEURISTICS: dict[str, Callable[[LayoutInstance], np.ndarray]] = {
 
 
 def run_heuristics(
-    instance: LayoutInstance, target: int | None = None, methods: tuple[str, ...] | None = None
+    instance: LayoutInstance, target: int | None = None, methods: tuple[str, ...] | None = None,
+    deadline: float | None = None,
 ) -> list[HeuristicResult]:
-    """Run the heuristics in order, stopping early once one reaches ``target`` (units).
+    """Run the heuristics in order, stopping early once one reaches ``target`` (units) or, after
+    the first, once ``deadline`` (a perf_counter time) has passed: on tens of thousands of
+    buffers each takes seconds.
 
     Returns every result computed, best (smallest arena, earliest on ties) first.
     """
     results: list[HeuristicResult] = []
     for name in methods or tuple(HEURISTICS):
+        if results and deadline is not None and time.perf_counter() > deadline:
+            break
         offsets = HEURISTICS[name](instance)
         results.append(HeuristicResult(name, offsets, arena_units(instance, offsets)))
         if target is not None and results[-1].arena <= target:
