@@ -125,7 +125,7 @@ def plan_remat(
         return _below_lower_bound(graph, budget_bytes, costs, started)
     crossing = _crossing(graph, order, budget_bytes, costs, memory_unit)
     if crossing is not None and math.isinf(crossing.seconds):
-        return _crossing_infeasible(graph, budget_bytes, costs, started, crossing)
+        return _crossing_infeasible(budget_bytes, costs, started, crossing)
     asked = budget_bytes
     budget_bytes = modelled_devices(budget_bytes)
     extra: tuple[Reduction, ...] = ()
@@ -313,31 +313,29 @@ def _below_lower_bound(graph: Graph, budget_bytes: Mapping[str, int], costs: Cos
                        started: float) -> RematResult:
     """A single budget under the op-footprint bound: proven infeasible without solving."""
     device, budget = next(iter(budget_bytes.items()))
-    lower = order_lower_bound(graph)
-    return RematResult(
-        best=None, status="INFEASIBLE", bound_seconds=costs.fastest_seconds(), gap=None,
-        seconds=time.perf_counter() - started,
-        model=ModelOutcome(tier="none", memory_model="none", reductions=(), exact=True),
-        keep_all_seconds=costs.sequential_seconds(device), home=device,
-        notes=(f"{device}: {budget} B is below {lower} B, which some step needs whatever the "
-               "order or recomputation",),
-    )
+    return _proven_infeasible(device, costs, started, (
+        f"{device}: {budget} B is below {order_lower_bound(graph)} B, which some step needs "
+        "whatever the order or recomputation"))
 
 
-def _crossing_infeasible(graph: Graph, budget_bytes: Mapping[str, int], costs: CostTable,
-                         started: float, crossing: CrossingBound) -> RematResult:
+def _crossing_infeasible(budget_bytes: Mapping[str, int], costs: CostTable, started: float,
+                         crossing: CrossingBound) -> RematResult:
     """A single budget that some step cannot meet even dropping every value that can be made
     again (planner.remat.bounds): proven infeasible for this order without solving."""
     device, budget = next(iter(budget_bytes.items()))
-    op = crossing.step
+    return _proven_infeasible(device, costs, started, (
+        f"{device}: {budget} B cannot hold what step {crossing.step} of the order needs even "
+        "with every value that can be made again dropped (data inputs, graph outputs and "
+        "random ops' values cannot)"))
+
+
+def _proven_infeasible(device: str, costs: CostTable, started: float, why: str
+                       ) -> RematResult:
     return RematResult(
         best=None, status="INFEASIBLE", bound_seconds=costs.fastest_seconds(), gap=None,
         seconds=time.perf_counter() - started,
         model=ModelOutcome(tier="none", memory_model="none", reductions=(), exact=True),
-        keep_all_seconds=costs.sequential_seconds(device), home=device,
-        notes=(f"{device}: {budget} B cannot hold what step {op} of the order needs even with "
-               "every value that can be made again dropped (data inputs, graph outputs and "
-               "random ops' values cannot)",),
+        keep_all_seconds=costs.sequential_seconds(device), home=device, notes=(why,),
     )
 
 
