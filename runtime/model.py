@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto, NodeProto, numpy_helper
 
 from runtime.errors import ModelMismatchError, ModelReadError
-from schemas.optimized_graph import GraphOptimizationError, onnxruntime_version, optimized_model
+from schemas.optimized_graph import GraphOptimizationError, rebuild
 from schemas.plan import Plan
 from schemas.topology import CycleError, dataflow_order
 
@@ -82,20 +82,10 @@ def model_for_plan(model: RuntimeModel, plan: Plan) -> RuntimeModel:
     if plan.model_sha256 != model.sha256:
         return model  # the plan check refuses it, saying which model the plan is for
     try:
-        rewritten = optimized_model(model.data, recorded.level, recorded.providers,
-                                    plan.request.dims)
+        rewritten = rebuild(model.data, recorded, plan.request.dims)
     except GraphOptimizationError as exc:
-        raise ModelMismatchError(f"{exc}; the plan was made for the graph ONNX Runtime "
-                                 f"optimizes for {', '.join(recorded.providers)}") from None
-    digest = hashlib.sha256(rewritten).hexdigest()
-    if digest != recorded.sha256:
-        raise ModelMismatchError(
-            f"the plan was made for ONNX Runtime {recorded.onnxruntime_version}'s {recorded.level} "
-            f"rewrite of this model (sha256 {recorded.sha256[:12]}...), but ONNX Runtime "
-            f"{onnxruntime_version()} here rewrites it into another graph (sha256 "
-            f"{digest[:12]}...); plan again with this ONNX Runtime, or run with that version"
-        )
-    return _read_graph(rewritten, model.data, model.sha256, digest)
+        raise ModelMismatchError(str(exc)) from None
+    return _read_graph(rewritten, model.data, model.sha256, recorded.sha256)
 
 
 def _read_graph(data: bytes, model_data: bytes, sha256: str, graph_sha256: str) -> RuntimeModel:

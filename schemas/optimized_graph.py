@@ -20,6 +20,7 @@ digest then differs and the runtime refuses the plan with both versions named.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -119,6 +120,21 @@ def optimized_model(data: bytes, level: Literal["basic", "extended"], providers:
                 "the graph for it")
         written = path.read_bytes()
     return _without_copy_nodes(written)
+
+
+def rebuild(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int] | None) -> bytes:
+    """The optimized graph a plan was made for, rebuilt from the model as sent: the planner's
+    and the runtime's one check. A rewrite this ONNX Runtime cannot make, or one into another
+    graph, raises GraphOptimizationError naming both ONNX Runtime versions."""
+    data_out = optimized_model(data, recorded.level, recorded.providers, dims)
+    digest = hashlib.sha256(data_out).hexdigest()
+    if digest != recorded.sha256:
+        raise GraphOptimizationError(
+            f"the plan was made for ONNX Runtime {recorded.onnxruntime_version}'s "
+            f"{recorded.level} rewrite of this model (sha256 {recorded.sha256[:12]}...), but "
+            f"ONNX Runtime {onnxruntime_version()} here rewrites it into another graph (sha256 "
+            f"{digest[:12]}...); plan again with this ONNX Runtime, or use that version")
+    return data_out
 
 
 def _without_copy_nodes(data: bytes) -> bytes:

@@ -24,6 +24,7 @@ from schemas.optimized_graph import (
     onnxruntime_version,
     optimized_model,
     providers_for,
+    rebuild,
 )
 
 
@@ -51,21 +52,12 @@ def optimize_for_request(data: bytes, level: Literal["basic", "extended"],
 
 
 def rebuild_recorded(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int]) -> bytes:
-    """The optimized graph a plan was made for, rebuilt from the model; a different rewrite is
-    refused, naming both ONNX Runtime versions."""
+    """The optimized graph a plan was made for, rebuilt from the model (schemas.optimized_graph
+    .rebuild); a different rewrite is refused, naming both ONNX Runtime versions."""
     try:
-        data_out = optimized_model(data, recorded.level, recorded.providers, dims)
+        return rebuild(data, recorded, dims)
     except GraphOptimizationError as exc:
-        raise OptimizedGraphError(f"{exc}; the plan was made for that graph") from None
-    digest = hashlib.sha256(data_out).hexdigest()
-    if digest != recorded.sha256:
-        raise OptimizedGraphError(
-            f"ONNX Runtime {onnxruntime_version()} rewrites this model into another graph "
-            f"(sha256 {digest[:12]}...) than the one the plan was made for (sha256 "
-            f"{recorded.sha256[:12]}..., ONNX Runtime {recorded.onnxruntime_version}, "
-            f"{recorded.level} level); plan again here, or use that ONNX Runtime version"
-        )
-    return data_out
+        raise OptimizedGraphError(str(exc)) from None
 
 
 def check_state_kept(state: Mapping[str, str], rewritten: ModelProto, level: str) -> None:
