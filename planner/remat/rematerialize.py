@@ -105,19 +105,19 @@ def plan_remat(
 ) -> RematResult:
     """Best schedule within `budget_bytes` (per device) found in `time_limit` seconds.
 
-    Heuristic schedules on the op-level problem, replayed against the true budgets, Checkmate's
-    LP rounding on the chosen model, and the CP-SAT solution of that model (hinted with the best
-    of them it can express; replayed too) compete; the fastest ones then drop the recomputations
-    the budget can afford (planner.remat.fill), and the fastest replayed schedule that fits
-    wins. Past LARGE_GRAPH_OPS ops no model is solved: heuristics and the fill pass share the
-    time. `other_orders` (other topological orders of the graph, say the quick ones) are tried
-    by the eviction simulation when `order` gives it nothing. Without `use_solver` (feasibility
-    probes) the heuristics alone run. Status: OPTIMAL
-    when it meets a lower bound valid for every schedule of the order (the crossing bound,
-    planner.remat.bounds, or the model's own bound when the model is exact);
-    INFEASIBLE when the exact model, the op-footprint bound or the crossing bound rules the
-    budgets out; FEASIBLE or UNKNOWN otherwise. The reduced model's status and bound are
-    reported beside (`model`).
+    With one device, the eviction simulation's schedules (planner.remat.evict) come first; it
+    tries `other_orders` (other topological orders of the graph, say the quick ones) when
+    `order` gives it nothing. Heuristic schedules on the op-level problem, replayed against the
+    true budgets, Checkmate's LP rounding on the chosen model, and the CP-SAT solution of that
+    model (hinted with the best of them it can express; replayed too) join them; the fastest
+    then drop the recomputations the budget can afford (planner.remat.fill), and the fastest
+    replayed schedule that fits wins. Past LARGE_GRAPH_OPS ops (one device) no model is built:
+    eviction and the fill pass have the time. Without `use_solver` (feasibility probes) no LP,
+    CP-SAT or fill runs. Status: OPTIMAL when it meets a lower bound valid for every schedule of
+    the order (the crossing bound, planner.remat.bounds, or the model's own bound when the model
+    is exact); INFEASIBLE when the exact model, the op-footprint bound or the crossing bound
+    rules the budgets out; FEASIBLE or UNKNOWN otherwise. The reduced model's status and bound
+    are reported beside (`model`).
     """
     started = time.perf_counter()
     shares = REMAT_SHARES
