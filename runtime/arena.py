@@ -13,9 +13,9 @@ after the buffers, and the CUDA provider takes all its memory (cuDNN workspaces,
 outputs the plan does not keep) from it: `WorkspaceZone` is handed to onnxruntime as the
 provider's external allocator (`gpu_external_alloc` / `gpu_external_free`, which replace its
 arena), a first-fit allocator over the zone that refuses what does not fit, so the device's
-memory during a step is exactly the allocation. The host has no such hook (the CPU provider
-takes no external allocator): kernels malloc their scratch and free it when they end, and the
-zone is what the plan reserves for them, not an allocation (runtime.measure checks the peak).
+memory during a step is exactly the allocation. The CPU provider takes no external allocator:
+on the host the workspace is a separate onnxruntime arena of the same size, allocated on first
+use (runtime.host_workspace); runtime.measure checks the process's peak against both.
 """
 
 from __future__ import annotations

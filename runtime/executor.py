@@ -14,9 +14,9 @@ the model's constants into their preloaded buffers. After that a training step i
 3. run the units in order: segments of compute steps (runtime.kernels) and copies.
 
 Graph outputs stay readable in their buffers until the next step starts. Nothing is allocated
-in steps 1-3 beyond what onnxruntime's kernels allocate for their own scratch: on a GPU from the
-arena's workspace zone, on the host with malloc, freed when the kernel ends (the plan's
-`workspace_bytes`; runtime.arena).
+in steps 1-3 beyond what onnxruntime's kernels allocate for their own scratch, from memory the
+size of the plan's `workspace_bytes`: on a GPU the arena's workspace zone (runtime.arena), on
+the host one onnxruntime arena shared by the executor's host sessions (runtime.host_workspace).
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ class PlanExecutor:
             order_kept={name for name, device in self.devices.items()
                         if keeps_plan_order(kernel_options, device)},
         )
-        self._program: list[Callable[[], None]] = [self._compile(u) for u in self.units]
+        host_workspace = max((d.workspace_bytes for d in self.plan.devices
+                              if not self.devices[d.device].is_cuda), default=0)
+        with self._kernels.building(host_workspace):
+            self._program: list[Callable[[], None]] = [self._compile(u) for u in self.units]
         self._feed = self._compile_state_feed()
         self.state_inputs = set(self.plan.state_updates)
         self.data_inputs = [n for n in self.plan.graph_inputs if n not in self.state_inputs]

@@ -12,26 +12,29 @@ write the arena itself. Bindings never change (arenas never move), so a step is 
 `run_with_iobinding`. Sessions are cached by the segment model's bytes and device: a recomputed
 op reuses the session of its first run.
 
-Session settings: no CPU memory arena and no memory pattern (kernel scratch is malloc'd and
-returned per run instead of being kept in per-session pools), sequential execution in
-priority-based order, an explicit intra-op thread count, and graph optimizations off by default
-(the plan already fixed the ops; optimizing would only fold or fuse across planned buffers).
-On a GPU, nodes the CUDA provider cannot run fall back to the CPU provider as in any onnxruntime
-session (their inputs and outputs are copied by onnxruntime).
+Session settings: no per-session CPU memory arena and no memory pattern (no session keeps a
+pool of its own), sequential execution in priority-based order, an explicit intra-op thread
+count, and graph optimizations off by default (the plan already fixed the ops; optimizing would
+only fold or fuse across planned buffers). On a GPU, nodes the CUDA provider cannot run fall
+back to the CPU provider as in any onnxruntime session (their inputs and outputs are copied by
+onnxruntime).
 
-Kernel scratch (the plan's per-device `workspace_bytes`): on the host it is malloc'd and freed
-within each kernel (no session keeps a pool), so at most one op's scratch is live at a time. On
-a GPU every session of the device takes its memory from the device's workspace zone in the
-arena (runtime.arena.WorkspaceZone, the CUDA provider's external allocator): a kernel asking
-for more than the zone has left fails the step instead of allocating outside the plan. A plan
-without a measured workspace (0) leaves the CUDA provider its own arena.
+Kernel scratch (the plan's per-device `workspace_bytes`) comes from memory sized to it: on the
+host, sessions created inside `KernelSessions.building` take it from one ONNX Runtime arena of
+the executor's workspace (runtime.host_workspace; a plan without a measured workspace leaves it
+to malloc). On a GPU every session of the device takes its memory from the device's workspace
+zone in the arena (runtime.arena.WorkspaceZone, the CUDA provider's external allocator); a plan
+without a measured workspace (0) leaves the CUDA provider its own arena. Either way a kernel
+asking for more than the workspace has left fails the step instead of allocating outside the
+plan, and one op runs at a time, so one workspace per device holds every op's scratch.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +44,7 @@ from onnx import NodeProto, ValueInfoProto, helper
 from runtime.arena import Arena
 from runtime.devices import CUDA_PROVIDER, RuntimeDevice
 from runtime.errors import DeviceUnavailableError, PlanCheckError
+from runtime.host_workspace import USE_ENV_ALLOCATORS, host_workspace
 from runtime.model import RuntimeModel
 from runtime.segments import Segment
 from schemas.plan import BufferSpec, ComputeStep, Step
@@ -59,7 +63,9 @@ class KernelOptions:
     optimization: str = "disable"  # a key of OPTIMIZATION_LEVELS
 
 
-def session_options(options: KernelOptions, device: RuntimeDevice) -> ort.SessionOptions:
+def session_options(options: KernelOptions, device: RuntimeDevice, *,
+                    host_arena: bool = False) -> ort.SessionOptions:
+    """`host_arena`: take CPU memory from the arena registered by runtime.host_workspace."""
     so = ort.SessionOptions()
     so.graph_optimization_level = OPTIMIZATION_LEVELS[options.optimization]
     so.intra_op_num_threads = options.threads
@@ -70,6 +76,8 @@ def session_options(options: KernelOptions, device: RuntimeDevice) -> ort.Sessio
     so.log_severity_level = 3
     # Kahn's algorithm by node index: a segment's nodes run in the plan's order (runtime.segments)
     so.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    if host_arena:
+        so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     return so
 
 
@@ -161,6 +169,18 @@ class KernelSessions:
         self.bindings: list[tuple[ort.IOBinding, list[str]]] = []  # binding, output buffer ids
         self._run_options = ort.RunOptions()
         self._run_options.log_severity_level = 3
+        self._host_arena = False  # inside `building` with a host workspace registered
+
+    @contextmanager
+    def building(self, host_workspace_bytes: int) -> Iterator[None]:
+        """Create the runners inside: host sessions then share one arena of
+        `host_workspace_bytes` for their scratch (runtime.host_workspace; 0: malloc)."""
+        with host_workspace(host_workspace_bytes) as bounded:
+            self._host_arena = bounded
+            try:
+                yield
+            finally:
+                self._host_arena = False
 
     @property
     def session_count(self) -> int:
@@ -196,7 +216,8 @@ class KernelSessions:
             return session
         try:
             session = ort.InferenceSession(
-                data, session_options(self.options, device),
+                data, session_options(self.options, device,
+                                      host_arena=self._host_arena and not device.is_cuda),
                 providers=providers(arena),
             )
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several unrelated types

@@ -2,6 +2,9 @@
 
 - planner.profile.workspace: a device's workspace is its largest step's measured scratch (ONNX
   Runtime's profiler, a real profile) plus the outputs the plan does not keep.
+- Host scratch comes from one onnxruntime arena of the plan's workspace (runtime.host_workspace):
+  a plan runs bit-identically within its measured workspace, a kernel needing more than a
+  too-small workspace fails the step, and each executor keeps the arena it was built with.
 - `arenaplan run --strict-memory`: in a fresh process, the peak during the steps stays within
   the plan's host arena + workspace + the fixed overhead; a step that allocates beyond it fails
   the run (exit 1, a message, no traceback); with --check it is refused.
@@ -28,13 +31,15 @@ from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.workspace import plan_workspace, step_workspace, with_workspace
 from runtime.arena import ZONE_ALIGNMENT, Arena, WorkspaceZone
 from runtime.devices import cuda_device_error, parse_device
-from runtime.executor import PlanExecutor
+from runtime.errors import RuntimePlanError
+from runtime.executor import ExecutorOptions, PlanExecutor
 from runtime.inputs import read_npz
 from runtime.kernels import providers
 from runtime.measure import HOST_OVERHEAD_BYTES
 from runtime.model import read_model
 from schemas.plan import ComputeStep, Plan
 from tests.support.fixture_zoo import inputs_path, model_path
+from tests.support.reference import reference_diffs
 from tests.support.runtime_plans import full_budget_plan
 
 NAME = "cnn_bn_momentum"
@@ -85,6 +90,44 @@ def test_outputs_the_plan_does_not_keep_count_as_scratch():
     assert unkept > 0
     assert step_workspace(graph, dropped, None) == unkept
     assert step_workspace(graph, step, None) == 0
+
+
+def with_host_workspace(plan: Plan, nbytes: int) -> Plan:
+    (device,) = plan.devices
+    return plan.model_copy(update={"devices": [device.model_copy(
+        update={"workspace_bytes": nbytes})]})
+
+
+def stepped(plan: Plan, name: str = NAME, steps: int = 1) -> PlanExecutor:
+    executor = PlanExecutor(read_model(model_path(name)), plan)
+    executor.load_inputs(read_npz(inputs_path(name), executor.model))
+    for _ in range(steps):
+        executor.step()
+    return executor
+
+
+def test_host_kernels_run_bit_identically_within_the_measured_workspace():
+    plan = planned_with_workspace(NAME)
+    assert plan.devices[0].workspace_bytes > 0
+    assert all(diff == 0.0 for _, diff in reference_diffs(NAME, plan, ExecutorOptions(), 3))
+
+
+def test_a_host_kernel_needing_more_than_the_workspace_fails_the_step():
+    # the convolutions' im2col scratch is far above 256 bytes: refused by the arena, not malloc'd
+    with pytest.raises(RuntimePlanError, match="memory"):
+        stepped(with_host_workspace(planned_with_workspace(NAME), 256))
+
+
+def test_each_executor_keeps_the_host_arena_it_was_built_with():
+    plan = planned_with_workspace(NAME)
+    enough = stepped(plan)
+    too_small = PlanExecutor(read_model(model_path(NAME)), with_host_workspace(plan, 256))
+    unmeasured = stepped(with_host_workspace(plan, 0))  # malloc'd scratch, as before
+    enough.step()  # built before the small arena was registered: still its own
+    unmeasured.step()
+    too_small.load_inputs(read_npz(inputs_path(NAME), too_small.model))
+    with pytest.raises(RuntimePlanError, match="memory"):
+        too_small.step()
 
 
 def run_fresh(*argv: str) -> subprocess.CompletedProcess:
