@@ -5,12 +5,16 @@
 
 For each model (test fixtures, and bench-scale models from bench/models when that cache holds
 them) one fresh process, pinned to one core, plans the step at 100% budget with
-`graph_optimization` = disable, basic and extended, and runs the three plans in the runtime
-(segments, one thread) interleaved step by step with ONNX Runtime's default session (all graph
-optimizations, one thread) on the model as sent, each training from the same inputs with its
-state fed back. Reported: the median wall time per step of each, its ratio to ONNX Runtime's,
-and the largest difference of any output of any step from ONNX Runtime's (absolute, and
-relative to that output's largest magnitude): what `arenaplan run --check` compares.
+`graph_optimization` = disable, basic and extended, each with a (cached) profile of the graph it
+plans, as `arenaplan plan --profile` does, so that the plan carries its kernel workspace (the
+host arena of its kernels' scratch, runtime.host_workspace). It runs the three plans in the
+runtime (segments, one thread) interleaved step by step with ONNX Runtime's default session (all
+graph optimizations, one thread) on the model as sent, each training from the same inputs with
+its state fed back. Reported: the median wall and CPU time (the thread's) per step of each,
+their ratios to ONNX Runtime's (on a shared machine the CPU time is the steadier figure: a wall
+time also counts the waits for the core), and the largest difference of any output of any step
+from ONNX Runtime's (absolute, and relative to that output's largest magnitude): what
+`arenaplan run --check` compares.
 
 Writes bench/runtime/optimized_graphs.json and bench/runtime/optimized_graphs.md.
 """
@@ -51,7 +55,9 @@ def worker(model_path: str, inputs_path: str, steps: int, warmup: int) -> dict:
     """Plan at every level, then step the three plans and ONNX Runtime's default in turn."""
     import numpy as np
 
+    from planner.ir.graph import load_graph
     from planner.pipeline import plan_model
+    from planner.profile import QUICK_POLICY, profile_graph
     from runtime.executor import PlanExecutor
     from runtime.model import read_model
     from runtime.reference import ReferenceSession, compare_outputs
@@ -64,26 +70,32 @@ def worker(model_path: str, inputs_path: str, steps: int, warmup: int) -> dict:
     runners = {}
     for level in LEVELS:
         started = time.perf_counter()
+        graph = load_graph(model_path, optimization=level)
+        profile = profile_graph(graph, inputs=values, policy=QUICK_POLICY)
         plan = plan_model(model_path, PlanRequest(budgets={"cpu": GENEROUS}, time_limit_s=10,
-                                                  graph_optimization=level))
+                                                  graph_optimization=level, profile=profile))
         plan_s = time.perf_counter() - started
         runners[level] = PlanExecutor(model, plan)
         rows[level] = {"plan_seconds": plan_s,
                        "compute_steps": sum(1 for s in plan.steps if s.kind == "compute"),
                        "arena_bytes": plan.devices[0].arena_bytes,
+                       "workspace_bytes": plan.devices[0].workspace_bytes,
                        "segments": runners[level].segment_count}
     reference = ReferenceSession(model, plan.state_updates, optimization="all")
     for runner in [*runners.values(), reference]:
         runner.load_inputs(values)
     wall: dict[str, list[float]] = {name: [] for name in [*LEVELS, "ort_default"]}
+    cpu: dict[str, list[float]] = {name: [] for name in wall}
     worst = {level: (0.0, 0.0) for level in LEVELS}
     for k in range(warmup + steps):
         for name, step in [*((lv, runners[lv].step) for lv in LEVELS),
                            ("ort_default", reference.step)]:
-            w0 = time.perf_counter()
+            w0, c0 = time.perf_counter(), time.thread_time()
             step()
+            c1, w1 = time.thread_time(), time.perf_counter()
             if k >= warmup:
-                wall[name].append(time.perf_counter() - w0)
+                wall[name].append(w1 - w0)
+                cpu[name].append(c1 - c0)
         for level in LEVELS:
             diffs = compare_outputs(runners[level].outputs(), reference.last)
             scale = {n: float(np.max(np.abs(v))) if v.size else 0.0
@@ -92,11 +104,16 @@ def worker(model_path: str, inputs_path: str, steps: int, warmup: int) -> dict:
             relative = max((d / scale[n] for n, d in diffs.items() if scale[n] > 0), default=0.0)
             worst[level] = (max(worst[level][0], absolute), max(worst[level][1], relative))
     ort_s = statistics.median(wall["ort_default"])
+    ort_cpu_s = statistics.median(cpu["ort_default"])
     for level in LEVELS:
         median = statistics.median(wall[level])
+        median_cpu = statistics.median(cpu[level])
         rows[level].update({"step_seconds": median, "vs_ort_default": median / ort_s,
+                            "step_cpu_seconds": median_cpu,
+                            "cpu_vs_ort_default": median_cpu / ort_cpu_s,
                             "max_abs_diff": worst[level][0], "max_rel_diff": worst[level][1]})
-    return {"ort_default_step_seconds": ort_s, "levels": rows, "steps": steps}
+    return {"ort_default_step_seconds": ort_s, "ort_default_step_cpu_seconds": ort_cpu_s,
+            "levels": rows, "steps": steps}
 
 
 def spawn(name: str, model: Path, inputs: Path, args: argparse.Namespace) -> dict:
@@ -116,26 +133,30 @@ def write_markdown(results: dict, path: Path) -> None:
         f"`python -m bench.runtime.optimized_graphs` on {m['cpu']} (pinned to one core, one "
         f"thread), onnxruntime {m['onnxruntime']}; load average before/after "
         f"{results['load_before']} / {m['load_average']} (shared machine: timings are noisy). "
-        f"Median of {results['steps']} interleaved steps after warm-up; step time relative to "
-        "ONNX Runtime's default session (all optimizations) on the model as sent; largest "
-        "difference of any output of any step from that session (absolute / relative to the "
-        "output's largest magnitude).",
+        f"Median of {results['steps']} interleaved steps after warm-up, wall and CPU time (the "
+        "thread's); step time relative to ONNX Runtime's default session (all optimizations) on "
+        "the model as sent; plans made with a profile of the graph they plan, so each carries "
+        "its kernel workspace (the host arena of its kernels' scratch); largest difference of "
+        "any output of any step from that session (absolute / relative to the output's largest "
+        "magnitude).",
         "",
-        "| model | level | compute steps | segments | step ms | vs ORT default | max abs diff "
-        "| max rel diff |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| model | level | compute steps | segments | workspace KiB | step ms | vs ORT default "
+        "| CPU ms | CPU vs ORT default | max abs diff | max rel diff |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in results["models"].items():
         if "error" in row:
-            lines.append(f"| {name} | error: {row['error']} | | | | | | |")
+            lines.append(f"| {name} | error: {row['error']} | | | | | | | | | |")
             continue
-        lines.append(f"| {name} | ORT default | | | {row['ort_default_step_seconds'] * 1e3:.2f} "
-                     "| 1.00 | | |")
+        lines.append(f"| {name} | ORT default | | | | {row['ort_default_step_seconds'] * 1e3:.2f} "
+                     f"| 1.00 | {row['ort_default_step_cpu_seconds'] * 1e3:.2f} | 1.00 | | |")
         for level, r in row["levels"].items():
             lines.append(
                 f"| {name} | {level} | {r['compute_steps']} | {r['segments']} | "
-                f"{r['step_seconds'] * 1e3:.2f} | {r['vs_ort_default']:.2f} | "
-                f"{r['max_abs_diff']:.1e} | {r['max_rel_diff']:.1e} |")
+                f"{r['workspace_bytes'] // 1024:,} | {r['step_seconds'] * 1e3:.2f} | "
+                f"{r['vs_ort_default']:.2f} | {r['step_cpu_seconds'] * 1e3:.2f} | "
+                f"{r['cpu_vs_ort_default']:.2f} | {r['max_abs_diff']:.1e} | "
+                f"{r['max_rel_diff']:.1e} |")
     path.write_text("\n".join(lines) + "\n")
 
 
