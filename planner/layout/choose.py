@@ -5,18 +5,21 @@
 3. Heuristics (greedy by size, best fit, pyramid, greedy by area) stop at the first that reaches
    the lower bound: that layout is optimal and is returned at once.
 4. Otherwise, per independent time component, hardest first: first the decision "does the
-   component fit in the lowest arena still worth having", by the canonical search
-   (canonical.py: fast on real training traces, never a proof) and then CP-SAT (fast on tight
-   instances, and the proofs), then, if not shown, CP-SAT's minimization warm-started from the
-   best layout. With a capacity, the decision at the capacity only.
+   component fit in the lowest arena still worth having", by the hot window (window.py: the
+   steps near the peak laid out first, the rest around them; real training traces, and proofs
+   on the window alone), the canonical search over the whole component (canonical.py, never a
+   proof) and then CP-SAT (fast on tight instances, and the proofs), then, if not shown,
+   CP-SAT's minimization warm-started from the best layout. With a capacity, the decision at
+   the capacity only.
 The best layout found is always returned, with the best proven bound, its gap and status.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,9 +38,12 @@ from planner.layout.types import (
     Buffer,
     Layout,
 )
+from planner.layout.window import window_layout
 
 # share of a component's time budget given to the decision at the floor before minimizing
 _DECISION_SHARE = 0.5
+# the hot window's share of the decision's time (it gives up at once where it does not apply)
+_WINDOW_SHARE = 0.3
 # the canonical search's moves per direction of time before CP-SAT: a base plus some per buffer
 # (10-20 us a move here: 0.1 s plus 1-2 ms per buffer in all; the real traces it solves took up
 # to 57 moves per buffer, the tight synthetic instances it solves under 2,000 moves, and CP-SAT
@@ -58,7 +64,8 @@ class _Search:
     workers: int
     seed: int
     timed_out: bool = False
-    canonical: int = 0  # components the canonical search brought under their goal
+    # components brought under their goal, by the method that did it (the one reported)
+    solved_by: Counter[str] = field(default_factory=Counter)
 
     def remaining(self) -> float:
         return self.deadline - time.perf_counter()
@@ -88,22 +95,33 @@ def _share(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> floa
 
 
 def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float) -> str:
-    """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN". The canonical
-    search first (fast on real traces, never a proof), then CP-SAT with the rest."""
+    """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN". The hot
+    window first (window.py: real traces, whose peak is short; its proofs are a window's), then
+    the canonical search over the whole component (never a proof), then CP-SAT with the rest."""
     started = time.perf_counter()
     if not len(search.instance.obstacle_idx):
+        windowed = window_layout(search.instance, comp, capacity=goal,
+                                 deadline=started + seconds * _WINDOW_SHARE,
+                                 options=search.options(seconds))
+        if windowed.status == "FIT":
+            search.accept(windowed.offsets)
+            search.solved_by["hot_window"] += 1
+            return "FIT"
+        if windowed.status == "INFEASIBLE":
+            return "INFEASIBLE"
         found = canonical_portfolio(
             search.instance, comp, capacity=goal,
             node_budget=_CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(comp),
             deadline=started + seconds * _CANONICAL_SHARE)
         if found is not None:
             search.accept(found)
-            search.canonical += 1
+            search.solved_by["canonical"] += 1
             return "FIT"
         seconds -= time.perf_counter() - started
     result = decide_component(search.instance, comp, upper=goal, options=search.options(seconds))
     if result.arena is not None:
         search.accept(result.offsets)
+        search.solved_by["cpsat"] += 1
         return "FIT"
     return result.status
 
@@ -248,7 +266,7 @@ def plan_layout(
 
     def exact_done() -> Layout:
         improved = arena_units(instance, search.offsets) < heuristic_arena
-        exact = "canonical" if search.canonical else "cpsat"
+        exact = search.solved_by.most_common(1)[0][0] if search.solved_by else "cpsat"
         return done(search.bound, search.timed_out, exact if improved else method,
                     search.offsets)
 

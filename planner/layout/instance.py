@@ -15,7 +15,7 @@ Normalization does four things:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -231,3 +231,14 @@ def arena_units(instance: LayoutInstance, offsets: np.ndarray) -> int:
     if instance.n == 0:
         return instance.zone_top
     return int(max(instance.zone_top, int((offsets + instance.size).max())))
+
+
+def select(instance: LayoutInstance, idx: np.ndarray) -> LayoutInstance:
+    """The buffers ``idx`` alone (in that order), as an instance of their own: the zones and
+    the unit stay, so offsets carry over unchanged; buffer ``k`` is ``idx[k]`` of ``instance``."""
+    return replace(
+        instance, ids=tuple(instance.ids[i] for i in idx.tolist()), lower=instance.lower[idx],
+        upper=instance.upper[idx], size=instance.size[idx], step=instance.step[idx],
+        fixed=instance.fixed[idx], fixed_off=instance.fixed_off[idx],
+        in_zone=instance.in_zone[idx],
+    )

@@ -25,6 +25,18 @@ def time_components(lower: np.ndarray, upper: np.ndarray, idx: np.ndarray) -> li
     return np.split(order, starts_new)
 
 
+def live_profile(
+    lower: np.ndarray, upper: np.ndarray, size: np.ndarray, idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct lifetime ends of ``idx`` (``times``) and the live sizes between each two
+    consecutive ones (``load[k]``: the sizes live in ``[times[k], times[k + 1])``)."""
+    times = np.unique(np.concatenate((lower[idx], upper[idx])))
+    delta = np.zeros(len(times), dtype=np.int64)
+    np.add.at(delta, np.searchsorted(times, lower[idx]), size[idx])
+    np.add.at(delta, np.searchsorted(times, upper[idx]), -size[idx])
+    return times, np.cumsum(delta)[:-1]
+
+
 def overlapping_in_time(
     lower: np.ndarray, upper: np.ndarray, candidates: np.ndarray, start: int, end: int
 ) -> np.ndarray:
