@@ -14,8 +14,8 @@ the model's constants into their preloaded buffers. After that a training step i
 3. run the units in order: segments of compute steps (runtime.kernels) and copies.
 
 Graph outputs stay readable in their buffers until the next step starts. Nothing is allocated
-in steps 1-3 beyond what onnxruntime's kernels allocate for their own scratch, from memory the
-size of the plan's `workspace_bytes`: on a GPU the arena's workspace zone (runtime.arena), on
+in steps 1-3 beyond what onnxruntime's kernels allocate for their own scratch, from memory
+sized by the plan's `workspace_bytes`: on a GPU the arena's workspace zone (runtime.arena), on
 the host one onnxruntime arena shared by the executor's host sessions (runtime.host_workspace).
 """
 

@@ -20,13 +20,14 @@ back to the CPU provider as in any onnxruntime session (their inputs and outputs
 onnxruntime).
 
 Kernel scratch (the plan's per-device `workspace_bytes`) comes from memory sized to it: on the
-host, sessions created inside `KernelSessions.building` take it from one ONNX Runtime arena of
-the executor's workspace (runtime.host_workspace; a plan without a measured workspace leaves it
-to malloc). On a GPU every session of the device takes its memory from the device's workspace
-zone in the arena (runtime.arena.WorkspaceZone, the CUDA provider's external allocator); a plan
-without a measured workspace (0) leaves the CUDA provider its own arena. Either way a kernel
-asking for more than the workspace has left fails the step instead of allocating outside the
-plan, and one op runs at a time, so one workspace per device holds every op's scratch.
+host, sessions created inside `KernelSessions.building` take it from one ONNX Runtime arena
+whose first region is the executor's workspace, kept from step to step (runtime.host_workspace;
+a plan without a measured workspace leaves it to malloc). On a GPU every session of the device
+takes its memory from the device's workspace zone in the arena (runtime.arena.WorkspaceZone, the
+CUDA provider's external allocator): a kernel asking for more than the zone has left fails the
+step instead of allocating outside the plan; a plan without a measured workspace (0) leaves the
+CUDA provider its own arena. One op runs at a time, so one workspace per device holds every
+op's scratch.
 """
 
 from __future__ import annotations

@@ -11,15 +11,18 @@ A plan bounds the host memory of its training steps: each host device's arena pl
 workspace (kernel scratch measured per op, `DevicePlan.workspace_bytes`), plus a fixed
 per-process overhead that no plan accounts for: `HOST_OVERHEAD_BYTES` covers what ONNX Runtime
 and the interpreter allocate while steps run (per-run bookkeeping, thread-local GEMM packing
-buffers, the allocator's page granularity and fragmentation). That holds only if freed kernel
-scratch goes back to the OS: glibc's malloc otherwise raises its mmap threshold as large blocks
-are freed (up to 32 MiB) and keeps up to twice that of freed heap resident, so the heap grows
-past what is live (UNet: 237 MiB during steps against 209 MiB reserved). `pin_malloc_thresholds`
-fixes both thresholds, as `arenaplan run --strict-memory` does (UNet: 176 MiB). It costs page
-faults on every large scratch block (5-15% more CPU time on the convolutional bench models), so
-a plain run leaves glibc as it is. Measured on the fixtures and the bench-scale models
-(bench/runtime/results.md) the steps of pinned processes stay within the reserved bytes plus
-the overhead.
+buffers, the allocator's page granularity and fragmentation). Kernel scratch that ONNX Runtime
+allocates comes from the plan's workspace (on the host one arena of that size,
+runtime.host_workspace). What is still malloc'd (scratch of a plan without a measured
+workspace, buffers kernels allocate themselves) stays within the overhead only if freed blocks
+go back to the OS: glibc's malloc otherwise raises its mmap threshold as large blocks are freed
+(up to 32 MiB) and keeps up to twice that of freed heap resident, so the heap grows past what
+is live (UNet, malloc'd scratch: 237 MiB during steps against 209 MiB reserved).
+`pin_malloc_thresholds` fixes both thresholds, as `arenaplan run --strict-memory` does (UNet:
+176 MiB). It costs page faults on every large block malloc'd (5-15% more CPU time on the
+convolutional bench models when their scratch was malloc'd), so a plain run leaves glibc as it
+is. Measured on the fixtures and the bench-scale models (bench/runtime/results.md) the steps of
+pinned processes stay within the reserved bytes plus the overhead.
 """
 
 from __future__ import annotations
