@@ -1,13 +1,15 @@
 """Runtime benchmark: step time and process memory of a plan run in its arena vs ONNX Runtime.
 
     .venv/bin/python -m bench.runtime.run_runtime_bench [--cases mlp_sgd vgg11_sgd ...]
-        [--runs 3] [--model-runs 1]
+        [--runs 3] [--model-runs 1] [--graph-optimization extended]
 
 Cases: the six committed fixtures and six bench-scale training graphs (bench/models, exported
 with bench.memory.models if missing: VGG-11, ResNet-18, MobileNetV2, UNet, BERT-small,
 GPT-2-small). For each: profile it (planner.profile, cached: the plan's predicted step time and
-each op's kernel scratch), plan it at 100% budget (keep everything, the model as sent) with
-each device's kernel workspace set from the profile (planner.profile.workspace), then measure in
+each op's kernel scratch), plan it at 100% budget (keep everything) with the CLI's default
+graph optimization (`--graph-optimization`; `disable` plans the model as sent) and each device's
+kernel workspace set from the profile of the graph planned (planner.profile.workspace), then
+measure in
 fresh processes (medians over `--runs`, `--model-runs` for the bench-scale graphs):
 
 Memory workers pin glibc's malloc thresholds as `arenaplan run --strict-memory` does
@@ -47,6 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from schemas.optimized_graph import SERVICE_DEFAULT, GraphOptimization
 from tests.support.fixture_zoo import FIXTURE_DIR
 
 REPO = Path(__file__).resolve().parents[2]  # the working directory of the worker processes
@@ -221,8 +224,10 @@ def spawn(*args: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def plan_case(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
-    """Profile (cached) and plan the case at 100% budget, workspace set from the profile."""
+def plan_case(name: str, time_limit: float, tmp: Path, level: GraphOptimization
+              ) -> tuple[Path, dict]:
+    """Profile (cached) the graph `level` plans and plan the case at 100% budget, workspace set
+    from the profile."""
     import numpy as np
 
     from planner.ir.graph import load_graph
@@ -233,13 +238,13 @@ def plan_case(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
     from schemas.plan import PlanRequest
 
     model, inputs_path = case_files(name)
-    graph = load_graph(model)
+    graph = load_graph(model, optimization=level)
     inputs = dict(np.load(inputs_path))
     started = time.perf_counter()
     profile = profile_graph(graph, inputs=inputs, policy=QUICK_POLICY)
     profile_s = time.perf_counter() - started
     plan = plan_model(model, PlanRequest(budgets={"cpu": GENEROUS}, time_limit_s=time_limit,
-                                         profile=profile))
+                                         profile=profile, graph_optimization=level))
     plan = with_workspace(graph, plan, profile)
     path = tmp / f"{name}.plan.json"
     path.write_text(plan.model_dump_json())
@@ -267,7 +272,7 @@ def plan_case(name: str, time_limit: float, tmp: Path) -> tuple[Path, dict]:
 def bench_case(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     from runtime.measure import HOST_OVERHEAD_BYTES
 
-    plan_path, row = plan_case(name, args.time_limit, tmp)
+    plan_path, row = plan_case(name, args.time_limit, tmp, args.graph_optimization)
     model, inputs = (str(p) for p in case_files(name))
     small = name not in BENCH_MODELS
     runs, steps = (args.runs, args.steps) if small else (args.model_runs, args.model_steps)
@@ -351,7 +356,8 @@ def write_markdown(results: dict, path: Path) -> None:
         f"Machine: {m['cpu']}, {m['cores']} cores (shared), onnxruntime {m['onnxruntime']}, "
         f"load average at start {[round(x, 2) for x in m['load_average']]}, at end "
         f"{[round(x, 2) for x in results.get('load_average_end', [])]}. Plans at 100% budget "
-        "(the model as sent, graph optimizations off), kernel workspace from the profile. "
+        f"({_planned_graph(settings.get('graph_optimization', 'disable'))}), kernel workspace "
+        "from the profile. "
         f"Memory: medians of {settings['runs']} fresh processes per fixture "
         f"({settings['model_runs']} per bench-scale graph), {settings['steps']} "
         f"({settings['model_steps']}) steps. Time: medians of {settings['time_steps']} "
@@ -424,6 +430,12 @@ def write_markdown(results: dict, path: Path) -> None:
     path.write_text("\n".join(lines))
 
 
+def _planned_graph(level: str) -> str:
+    if level == "disable":
+        return "the model as sent, graph optimizations off"
+    return f"ONNX Runtime's {level} rewrite of the model, the CLI's default"
+
+
 NOTES = [
     "Reading the tables:",
     "- *reserved* is what the plan claims on the host: the arena (exact bytes, everything of the "
@@ -491,6 +503,9 @@ def main() -> int:
     parser.add_argument("--model-time-steps", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=10.0, help="planner time limit")
+    parser.add_argument("--graph-optimization", choices=["disable", "basic", "extended"],
+                        default=SERVICE_DEFAULT,
+                        help="the graph planned (default: the CLI's, %(default)s)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--markdown-only", action="store_true",
                         help="write results.md again from results.json (the notes as they are "
@@ -524,7 +539,8 @@ def main() -> int:
         "settings": {"runs": args.runs, "model_runs": args.model_runs, "steps": args.steps,
                      "model_steps": args.model_steps, "time_steps": args.time_steps,
                      "model_time_steps": args.model_time_steps, "warmup": args.warmup,
-                     "time_limit": args.time_limit},
+                     "time_limit": args.time_limit,
+                     "graph_optimization": args.graph_optimization},
         "overhead_bytes": HOST_OVERHEAD_BYTES,
         "cases": {},
         "notes": NOTES,
