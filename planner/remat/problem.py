@@ -204,23 +204,25 @@ def forward_phase(graph: Graph, order: Sequence[int], options: RematOptions
     end = 1 + max(forward_positions, default=-1)
     if options.recompute == "none":
         return set(), end
+    return {op for op in recomputable_anywhere(graph) if position[op] < end}, end
+
+
+def recomputable_anywhere(graph: Graph) -> set[int]:
+    """Ops that may run again at all, in any phase: not optimizer ops, not ops writing graph
+    outputs or in-place state updates, not nondeterministic ops nor the ops reading their draws
+    directly. The stage models keep to the forward phase of these (`forward_phase`: backward
+    recomputations would multiply their variables for little); the eviction simulation
+    (planner.remat.evict), linear in any case, may also drop backward values such as a gradient
+    transposed long before it is read."""
     updates = state_updates(graph)
     outputs = set(graph.outputs)
-    recomputable: set[int] = set()
-    for op_id in order:
-        op = graph.ops[op_id]
-        if (
-            position[op_id] >= end
-            or op.region is Region.OPTIMIZER
-            or op.op_type in NONDETERMINISTIC_OPS
-            or any(t in outputs or t in updates.in_place for t in op.output_ids)
-        ):
-            continue
-        producers = [graph.tensors[t].producer for t in op.input_ids]
-        if not any(p is not None and graph.ops[p].op_type in NONDETERMINISTIC_OPS
-                   for p in producers):
-            recomputable.add(op_id)
-    return recomputable, end
+    random_draws = {t for op in graph.ops if op.op_type in NONDETERMINISTIC_OPS
+                    for t in op.output_ids}
+    return {op.id for op in graph.ops
+            if op.region is not Region.OPTIMIZER
+            and op.op_type not in NONDETERMINISTIC_OPS
+            and not any(t in outputs or t in updates.in_place for t in op.output_ids)
+            and not any(t in random_draws for t in op.input_ids)}
 
 
 def build_problem(

@@ -44,9 +44,10 @@ ALTERNATIVES = 8
 LARGE_GRAPH_OPS = 1500
 # Devices a model places ops on (planner.remat.configure builds copy literals per pair).
 MODEL_DEVICES = 4
-# How many of the fastest candidates the fill pass improves, and how far below the budget it
-# fills them again (room for the layout's fragmentation).
-FILLED = 3
+# How many of the fastest candidates the fill pass improves (the eviction schedules of several
+# factors among them: planner.remat.evict.FACTORS), and how far below the budget it fills the
+# best one's source again (room for the layout's fragmentation).
+FILLED = 5
 FILL_MARGINS = (0.005, 0.02)
 
 
@@ -263,29 +264,48 @@ def _crossing(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int
 
 def _filled(graph: Graph, candidates: Sequence[Candidate], budget_bytes: Mapping[str, int],
             costs: CostTable, memory_unit: int, deadline: float) -> list[Candidate]:
-    """The FILLED fastest candidates with the recomputations the budget can afford dropped
-    (planner.remat.fill), each given an equal share of the time left, and each filled again
-    to FILL_MARGINS below the budget: filled right up to it, a schedule leaves the layout no
-    room to fragment, and a runner-up a little slower then beats one much slower
-    (planner.pipeline.fit). All candidates, fastest first."""
+    """The FILLED fastest candidates that recompute, with the recomputations the budget can
+    afford dropped (planner.remat.fill), each given an equal share of the time left; then the
+    source of the fastest result filled again to FILL_MARGINS below the budget: filled right up
+    to it, a schedule leaves the layout no room to fragment, and a runner-up a little slower
+    then beats one much slower (planner.pipeline.fit). All candidates, fastest first."""
     out = list(candidates)
-    targets = [(1.0, "fill"), *((1 - m, f"fill-{m:g}") for m in FILL_MARGINS)]
-    work = [(c, share, label) for c in candidates[:FILLED] if c.stats.recomputes
-            for share, label in targets]
-    for k, (candidate, share, label) in enumerate(work):
+    sources = [c for c in candidates if c.stats.recomputes][:FILLED]
+    margins = [(1 - m, f"fill-{m:g}") for m in FILL_MARGINS]
+    best: tuple[float, Candidate] | None = None
+    for k, candidate in enumerate(sources):
         left = deadline - time.perf_counter()
         if left <= 0:
             break
-        target = {d: int(b * share) for d, b in budget_bytes.items()}
-        if not candidate.stats.fits(target):
-            continue
-        filled = fill_budget(graph, candidate.schedule, candidate.stats, target, costs,
-                             alignment=memory_unit,
-                             deadline=time.perf_counter() + left / (len(work) - k))
-        if filled.dropped:
-            out.append(replace(candidate, name=f"{candidate.name}+{label}",
-                               schedule=filled.schedule, stats=filled.stats))
+        filled = _fill(graph, candidate, budget_bytes, 1.0, "fill", costs, memory_unit,
+                       time.perf_counter() + left / (len(sources) + len(margins) - k))
+        result = filled or candidate
+        if best is None or result.seconds < best[0]:
+            best = (result.seconds, candidate)
+        out.extend([filled] if filled else [])
+    for k, (share, label) in enumerate(margins if best else ()):
+        left = deadline - time.perf_counter()
+        if best is None or left <= 0:
+            break
+        filled = _fill(graph, best[1], budget_bytes, share, label, costs, memory_unit,
+                       time.perf_counter() + left / (len(margins) - k))
+        out.extend([filled] if filled else [])
     return sorted(out, key=lambda c: c.seconds)
+
+
+def _fill(graph: Graph, candidate: Candidate, budget_bytes: Mapping[str, int], share: float,
+          label: str, costs: CostTable, memory_unit: int, deadline: float) -> Candidate | None:
+    """`candidate` filled to `share` of the budgets, named after it; None when it does not fit
+    there or nothing could be dropped."""
+    target = {d: int(b * share) for d, b in budget_bytes.items()}
+    if not candidate.stats.fits(target):
+        return None
+    filled = fill_budget(graph, candidate.schedule, candidate.stats, target, costs,
+                         alignment=memory_unit, deadline=deadline)
+    if not filled.dropped:
+        return None
+    return replace(candidate, name=f"{candidate.name}+{label}", schedule=filled.schedule,
+                   stats=filled.stats)
 
 
 def _hint(problem: RematProblem, candidates: Sequence[Candidate],

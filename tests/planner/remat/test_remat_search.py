@@ -20,6 +20,7 @@ import pytest
 from planner.ir.graph import load_graph
 from planner.ir.graph_json import graph_from_node_link
 from planner.memory.replay import replay
+from planner.memory.schedule import Compute
 from planner.memory.sharing import state_updates
 from planner.memory.simulate import simulate
 from planner.memory.zones import persistent_tensors
@@ -30,8 +31,9 @@ from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.costs import costs_from_profile
 from planner.remat import baselines
 from planner.remat.bounds import crossing_bound
-from planner.remat.evict import evict_candidates
+from planner.remat.evict import evict_candidates, evict_schedule
 from planner.remat.fill import fill_budget
+from planner.remat.problem import RematOptions, forward_phase, recomputable_anywhere
 from planner.remat.rematerialize import LARGE_GRAPH_OPS, plan_remat
 from schemas.plan import PlanRequest
 from tests.planner.remat.test_remat_chain import both_optima
@@ -179,3 +181,34 @@ def test_eviction_never_recomputes_from_a_state_already_updated():
     for candidate in found:
         assert candidate.stats.recomputes > 0
         assert in_place_updates(graph, candidate.schedule) == expected
+
+
+def test_eviction_drops_backward_values_when_forward_ones_are_not_enough():
+    """On ResNet-CIFAR (BatchNorm, momentum) at persistent + half its activation bytes, the
+    order's backward phase holds transposed gradients for dozens of steps: evicting forward
+    values alone cannot reach the budget (no schedule was found before), evicting those too
+    can, and the plan passes the validator."""
+    graph = load_graph(model_path("resnet_cifar"), optimization="extended")
+    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
+    costs = costs_from_profile(profile, graph, ["cpu"])
+    order = optimize_order(graph, use_solver=False).order
+    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats.peaks["cpu"]
+    persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
+    budget = (persistent + keep) // 2
+    forward, _ = forward_phase(graph, order, RematOptions())
+    forward_only = evict_schedule(graph, order, "cpu", budget, costs, forward, alignment=64)
+    assert forward_only is not None
+    assert not simulate(graph, forward_only.schedule, costs, 64).fits({"cpu": budget})
+    found = evict_candidates(graph, [order], "cpu", budget, costs, alignment=64,
+                             deadline=time.perf_counter() + 20)
+    assert found and found[0].name.startswith("evict+bwd")
+    backward = set(recomputable_anywhere(graph)) - forward
+    recomputed = {e.op for e in found[0].schedule.events
+                  if isinstance(e, Compute) and e.recompute}
+    assert recomputed & backward
+    request = PlanRequest(budgets={"cpu": budget}, profile=profile, time_limit_s=10)
+    plan = build_plan(graph, found[0].schedule, request, plan_id="t", planner_version="t",
+                      solvers=[], layout_time_limit=5).plan
+    report = validate_plan(graph, plan, profile)
+    assert report.ok, report.errors[:3]
+    assert max(report.live_bytes["cpu"]) <= budget
