@@ -31,13 +31,15 @@ class PipelineShares:
     `order_may_fit` and the keep-everything layout `keep_layout`, so that rematerialization
     keeps half the time when fragmentation pushes that arena just over the budget. When
     rematerialization is certainly needed ordering gets `order_remat`. The first remat solve
-    gets `remat_first` of what is left, each retry `remat_retry` of what is left then."""
+    gets `remat_first` of what is left, each retry `remat_retry` of what is left then; the
+    layout of a remat schedule `remat_layout` of the limit (see TimeBudget.remat_layout)."""
 
     order_may_fit: float = 0.3
     keep_layout: float = 0.2
     order_remat: float = 0.1
     remat_first: float = 0.8
     remat_retry: float = 0.5
+    remat_layout: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,10 @@ class TimeBudget:
         return max(PHASE_FLOOR_S, (self.limit_s - self.elapsed()) * share)
 
     def remat_layout(self) -> float:
-        return min(self.left(), REMAT_LAYOUT_S)
+        """A remat schedule's layout: a tenth of the limit, between ROOMY_LAYOUT_S and
+        REMAT_LAYOUT_S (when it misses the budget, the runner-ups and a retry need the rest)."""
+        return min(self.left(), REMAT_LAYOUT_S,
+                   max(ROOMY_LAYOUT_S, self.shares.remat_layout * self.limit_s))
 
     def runner_up_layout(self) -> float:
         return min(self.left(), QUICK_LAYOUT_S)
