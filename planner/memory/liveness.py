@@ -16,6 +16,7 @@ and heuristics, remat's reorder passes and the reports take "peak" from here:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -77,7 +78,8 @@ def aliases_in_order(graph: Graph, order: Sequence[int]) -> dict[int, int]:
 
 
 def order_lower_bound(graph: Graph) -> int:
-    """Live bytes that no order can avoid at some step (the op-footprint bound).
+    """Live bytes that no order can avoid at some step (the op-footprint bound), computed once
+    per graph (the request check, ordering and remat each ask; 0.4 s on 20,000 ops).
 
     Constants and state are live throughout. On top of that: every op needs its other inputs
     and outputs at once; all other graph inputs are live at step 0; all graph outputs that are
@@ -85,6 +87,17 @@ def order_lower_bound(graph: Graph) -> int:
     adds nothing to its source, and an output that may be written over one of its op's inputs
     (planner.memory.sharing) adds nothing to that op's footprint.
     """
+    bound = _LOWER_BOUNDS.get(graph)
+    if bound is None:
+        bound = _LOWER_BOUNDS[graph] = _op_footprint_bound(graph)
+    return bound
+
+
+_LOWER_BOUNDS: weakref.WeakKeyDictionary[Graph, int] = weakref.WeakKeyDictionary()
+
+
+def _op_footprint_bound(graph: Graph) -> int:
+    """See order_lower_bound."""
     sharing = state_updates(graph)
     always = persistent_tensors(graph)
     baseline = sum(graph.tensors[t].nbytes for t in always)
