@@ -1,5 +1,5 @@
-"""Layout benchmark: heuristics (greedy) vs the full planner (heuristics, canonical search,
-CP-SAT), and the layout seconds of real plans.
+"""Layout benchmark: heuristics (greedy) vs the full planner (heuristics, hot window, canonical
+search, CP-SAT), and the layout seconds of real plans.
 
     .venv/bin/python -m bench.layout.run_layout_bench [--quick] [--time-limit 60] [--workers 1]
                                                      [--no-fixtures] [--no-plans]
@@ -281,9 +281,10 @@ def write_results(rows: Sequence[dict], plans: Sequence[dict], settings: dict,
         f"seed {settings['seed']}, {settings['machine']}; 'load' is the 1-minute load average "
         "of the 2-core machine (shared) when the instance finished.\n\n"
         "arena/LB: arena size over the live-bytes lower bound (1.000000 = proven optimal). "
-        "'planner' is `plan_layout` (heuristics, then the canonical search and CP-SAT when they "
-        "miss the bound): 'at LB', or the gap left and whether the exact phase proved the "
-        "bound unreachable. Fixtures: the buffers of their keep-everything plans (alignment 64). "
+        "'planner' is `plan_layout` (heuristics, then the hot window, the canonical search and "
+        "CP-SAT when they miss the bound): 'at LB', or the gap left and whether the exact "
+        "phase proved the bound unreachable. Fixtures: the buffers of their keep-everything "
+        "plans (alignment 64). "
         "Traces: real keep-everything plans of bench-scale training steps "
         "(`python -m bench.layout.traces`, alignment 1). Tight instances are packed to 100% by "
         "construction (optimum = lower bound).\n\n"

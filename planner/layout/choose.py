@@ -109,6 +109,8 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float) -> str
             return "FIT"
         if windowed.status == "INFEASIBLE":
             return "INFEASIBLE"
+        seconds -= time.perf_counter() - started
+        started = time.perf_counter()
         found = canonical_portfolio(
             search.instance, comp, capacity=goal,
             node_budget=_CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(comp),
