@@ -66,11 +66,12 @@ class CacheKey:
     threads: int
     ort_version: str
     machine: str
+    clock: str  # planner.profile.timing.CLOCKS: costs timed on another clock are not reused
 
     @property
     def digest(self) -> str:
         text = json.dumps([self.signature, self.provider, self.threads, self.ort_version,
-                           self.machine])
+                           self.machine, self.clock])
         return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -21,7 +21,14 @@ from onnx import ModelProto, TensorProto, helper
 from planner.ir.graph import Graph, Op
 from planner.profile.devices import Device, create_session
 from planner.profile.single_node import copy_output_name, single_node_model
-from planner.profile.timing import Runner, Timing, TimingPolicy, median_time, time_kernel
+from planner.profile.timing import (
+    CLOCKS,
+    Runner,
+    Timing,
+    TimingPolicy,
+    median_time,
+    time_kernel,
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,15 @@ class _BoundSession:
         self.session.run_with_iobinding(self.binding)
         if self.device.is_gpu:
             self.binding.synchronize_outputs()
+
+
+def kernel_clock(device: Device, threads: int) -> str:
+    """The name of the clock kernels on `device` are timed with (planner.profile.timing.CLOCKS):
+    on the CPU with one intra-op thread, ONNX Runtime runs every kernel on the calling thread,
+    so that thread's CPU time is the kernel's cost and does not grow with the load of a shared
+    machine (profiles measured on a busy 2-core machine were up to 2x the step the runtime then
+    took); otherwise the wall clock (a GPU run is synchronized; several threads work at once)."""
+    return "thread-cpu" if not device.is_gpu and threads == 1 else "wall"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -148,7 +164,8 @@ def measure_op(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Devi
             return None
         return many.run, k
 
-    timing = time_kernel(one.run, make_copies, overhead, policy)
+    timing = time_kernel(one.run, make_copies, overhead, policy,
+                         CLOCKS[kernel_clock(device, threads)])
     return OpMeasurement(timing, workspace_bytes=workspace)
 
 
@@ -176,5 +193,6 @@ def run_overhead(device: Device, threads: int, policy: TimingPolicy) -> float:
         warmup_runs=max(policy.warmup_runs, 5), batch=10, min_repeats=30, max_repeats=400,
         rel_tolerance=0.05, max_seconds_per_op=max(policy.max_seconds_per_op, 0.2), copies=k,
         direct_above_seconds=float("inf"))
-    kernel = time_kernel(one.run, lambda: (many.run, k), 0.0, differential)
-    return max(0.0, median_time(one.run, 51) - kernel.median)
+    clock = CLOCKS[kernel_clock(device, threads)]
+    kernel = time_kernel(one.run, lambda: (many.run, k), 0.0, differential, clock)
+    return max(0.0, median_time(one.run, 51, clock) - kernel.median)

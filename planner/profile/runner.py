@@ -25,7 +25,7 @@ from planner.profile.copies import DEFAULT_SIZES, measure_copies
 from planner.profile.devices import Device, check_device, parse_devices
 from planner.profile.inputs import capture_values
 from planner.profile.machine import describe_machine, fingerprint
-from planner.profile.op_runner import measure_op, run_overhead
+from planner.profile.op_runner import kernel_clock, measure_op, run_overhead
 from planner.profile.progress import ProgressCallback, ProgressEvent
 from planner.profile.signature import op_signature
 from planner.profile.timing import DEFAULT_POLICY, TimingPolicy
@@ -43,7 +43,8 @@ DEFAULT_CACHE = "default"
 TIMING_METHOD = (
     "single-node ONNX Runtime session per op, inputs/outputs bound on the device (IOBinding), "
     "synchronized runs; ops under the direct threshold timed differentially (k copies minus one "
-    "copy, divided by k-1), slower ops as one run minus the calibrated run overhead"
+    "copy, divided by k-1), slower ops as one run minus the calibrated run overhead; clock: the "
+    "calling thread's CPU time on the CPU with one intra-op thread, else wall time"
 )
 
 CacheArg = ProfileCache | str | Path | None
@@ -167,7 +168,8 @@ def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
     for op in graph.ops:
         for device in targets:
             key = CacheKey(signatures[op.id], op.op_type, device.provider, threads,
-                           ort.__version__, fingerprints[device.name])
+                           ort.__version__, fingerprints[device.name],
+                           kernel_clock(device, threads))
             found = store.get(key) if store is not None else None
             if found is None:
                 pending.append((op, device, key))

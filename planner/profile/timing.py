@@ -25,6 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 Runner = Callable[[], None]
+Clock = Callable[[], int]  # nanoseconds
+WALL_CLOCK: Clock = time.perf_counter_ns
+# One thread's CPU time: what a kernel run on the calling thread costs, however many other
+# processes share the cores (a wall clock on a loaded machine measures their turns too).
+THREAD_CLOCK: Clock = time.thread_time_ns
+CLOCKS: dict[str, Clock] = {"wall": WALL_CLOCK, "thread-cpu": THREAD_CLOCK}
 _MIN_SAMPLES = 3  # even an op slower than the time cap is timed this many times
 
 
@@ -61,14 +67,14 @@ class Timing:
     repeats: int
 
 
-def timed(run: Runner) -> float:
-    start = time.perf_counter_ns()
+def timed(run: Runner, clock: Clock = WALL_CLOCK) -> float:
+    start = clock()
     run()
-    return (time.perf_counter_ns() - start) * 1e-9
+    return (clock() - start) * 1e-9
 
 
-def median_time(run: Runner, n: int) -> float:
-    return statistics.median(timed(run) for _ in range(n))
+def median_time(run: Runner, n: int, clock: Clock = WALL_CLOCK) -> float:
+    return statistics.median(timed(run, clock) for _ in range(n))
 
 
 def sample_until_stable(sample: Callable[[], float], policy: TimingPolicy) -> Timing:
@@ -96,8 +102,9 @@ def sample_until_stable(sample: Callable[[], float], policy: TimingPolicy) -> Ti
 
 
 def time_kernel(run_one: Runner, make_run_copies: Callable[[], tuple[Runner, int] | None],
-                overhead: float, policy: TimingPolicy) -> Timing:
-    """Time one execution of a kernel; `run_one` runs it once per call (synchronized).
+                overhead: float, policy: TimingPolicy, clock: Clock = WALL_CLOCK) -> Timing:
+    """Time one execution of a kernel on `clock`; `run_one` runs it once per call
+    (synchronized).
 
     `make_run_copies()` returns (a runner of k copies, k), or None when copies are not possible;
     it is only called for ops cheap enough to need the differential measurement.
@@ -110,19 +117,19 @@ def time_kernel(run_one: Runner, make_run_copies: Callable[[], tuple[Runner, int
         run_one()
         if time.perf_counter() - start > budget:
             break
-    probes = [timed(run_one)]
+    probes = [timed(run_one, clock)]
     while len(probes) < 3 and probes[-1] * len(probes) < budget:
-        probes.append(timed(run_one))
+        probes.append(timed(run_one, clock))
     probe = statistics.median(probes)
     copies = None if probe >= policy.direct_above_seconds else make_run_copies()
     if copies is None:
         def sample() -> float:
-            return max(0.0, timed(run_one) - overhead)
+            return max(0.0, timed(run_one, clock) - overhead)
     else:
         run_k, k = copies
         for _ in range(policy.warmup_runs):
             run_k()
 
         def sample() -> float:
-            return max(0.0, (timed(run_k) - timed(run_one)) / (k - 1))
+            return max(0.0, (timed(run_k, clock) - timed(run_one, clock)) / (k - 1))
     return sample_until_stable(sample, policy)

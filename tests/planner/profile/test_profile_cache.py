@@ -38,16 +38,17 @@ def test_second_run_is_served_from_the_cache(tmp_path):
     assert other.cache.hits == 0
 
 
-def test_cache_key_covers_signature_provider_threads_version_machine():
-    base = CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1")
+def test_cache_key_covers_signature_provider_threads_version_machine_clock():
+    base = CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1", "wall")
     variants = [
-        CacheKey("sig2", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1"),
-        CacheKey("sig", "Add", "CUDAExecutionProvider", 1, "1.31.1", "m1"),
-        CacheKey("sig", "Add", "CPUExecutionProvider", 4, "1.31.1", "m1"),
-        CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.32.0", "m1"),
-        CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m2"),
+        CacheKey("sig2", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1", "wall"),
+        CacheKey("sig", "Add", "CUDAExecutionProvider", 1, "1.31.1", "m1", "wall"),
+        CacheKey("sig", "Add", "CPUExecutionProvider", 4, "1.31.1", "m1", "wall"),
+        CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.32.0", "m1", "wall"),
+        CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m2", "wall"),
+        CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1", "thread-cpu"),
     ]
-    assert len({base.digest, *(v.digest for v in variants)}) == 6
+    assert len({base.digest, *(v.digest for v in variants)}) == 7
 
 
 def test_signature_separates_shapes_and_attributes():
@@ -86,9 +87,10 @@ WRITER = textwrap.dedent("""
     path, tag = sys.argv[1], sys.argv[2]
     with ProfileCache(path) as cache:
         for i in range(300):
-            key = CacheKey(f"{tag}-{i}", "Add", "CPUExecutionProvider", 1, "v", "m")
+            key = CacheKey(f"{tag}-{i}", "Add", "CPUExecutionProvider", 1, "v", "m", "wall")
             cache.put(key, CachedCost(True, i * 1e-6, 0.0, 10, 0))
-            shared = CacheKey(f"shared-{i % 20}", "Add", "CPUExecutionProvider", 1, "v", "m")
+            shared = CacheKey(f"shared-{i % 20}", "Add", "CPUExecutionProvider", 1, "v", "m",
+                              "wall")
             cache.put(shared, CachedCost(True, 1e-6, 0.0, 10, 0))
             assert cache.get(key).median_s == i * 1e-6
 """)
@@ -108,5 +110,5 @@ def test_two_processes_share_one_cache_file(tmp_path):
     db.close()
     with ProfileCache(path) as cache:
         assert cache.count() == 300 + 300 + 20
-        key = CacheKey("b-299", "Add", "CPUExecutionProvider", 1, "v", "m")
+        key = CacheKey("b-299", "Add", "CPUExecutionProvider", 1, "v", "m", "wall")
         assert cache.get(key) == CachedCost(True, 299e-6, 0.0, 10, 0, "")

@@ -121,3 +121,47 @@ def test_stopping_rule_stops_when_stable_and_at_the_cap():
 
     short = TimingPolicy(batch=5, min_repeats=10, max_repeats=100, max_seconds_per_op=0.05)
     assert sample_until_stable(slow, short).repeats == 3  # the cap, but never fewer than 3
+
+
+def test_a_cpu_kernel_costs_the_same_with_another_process_on_its_core():
+    """One intra-op thread on the CPU: kernels are timed on the calling thread's CPU clock, so a
+    profile measured on a busy shared machine is not inflated by the other processes' turns (a
+    wall clock measures the kernel at about twice its cost with one busy-loop on the same
+    core)."""
+    import os
+    import subprocess
+    import sys
+
+    from planner.profile.devices import Device, create_session
+    from planner.profile.op_runner import kernel_clock
+    from planner.profile.timing import CLOCKS, TimingPolicy, time_kernel
+
+    assert kernel_clock(Device("cpu", 0), 1) == "thread-cpu"
+    assert kernel_clock(Device("cpu", 0), 2) == "wall"
+    assert kernel_clock(Device("cuda", 0), 1) == "wall"
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["c"])],
+                       [value("a", [768, 768]), value("b", [768, 768])], [value("c", [768, 768])])
+    session = create_session(model, Device("cpu", 0), 1)
+    feeds = {"a": np.ones((768, 768), np.float32), "b": np.ones((768, 768), np.float32)}
+    policy = TimingPolicy(max_seconds_per_op=0.5, direct_above_seconds=0.0)
+
+    def cost() -> float:
+        return time_kernel(lambda: session.run(None, feeds), lambda: None, 0.0, policy,
+                           CLOCKS["thread-cpu"]).median
+
+    core = min(os.sched_getaffinity(0))
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        quiet = cost()
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                               preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+        try:
+            time.sleep(0.2)
+            loaded = cost()
+        finally:
+            hog.kill()
+            hog.wait()
+    finally:
+        os.sched_setaffinity(0, saved)
+    assert loaded <= 1.4 * quiet, (quiet, loaded)
