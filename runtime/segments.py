@@ -30,7 +30,7 @@ element before writing it (tests/runtime/test_in_place_kernels.py checks every s
 Copy steps end a segment; free steps are transparent (they only end a life); a change of device
 starts a new segment. Nothing else does: a segment has no size cap by default (MobileNetV2's
 4683 compute steps run as one session, five under the former cap of 1024). Each segment costs
-one session run per step, onnxruntime's fixed cost of a run: 1.6-6 us of CPU time measured in
+one session run per step, onnxruntime's fixed cost of a run: 2-6 us of CPU time measured in
 bench/runtime/results.md, which matters for small graphs split into many segments.
 """
 
