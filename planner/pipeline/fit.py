@@ -97,11 +97,13 @@ class RematFit:
     def _runner_up_within(self, result: RematResult, spread: dict[str, float]
                           ) -> BuiltPlan | None:
         """The first of the result's slower schedules that lays out within the budgets, among
-        those whose peaks times the spread seen so far fit (each layout tried widens it); none
-        once the request's time is spent."""
+        those whose peaks times the spread seen so far fit (each layout tried widens it); once
+        the request's time is spent, no more after the first tried (a runner-up filled below
+        the budget usually fits: giving up without one would answer nothing)."""
         budgets = self.request.budgets
+        tried = 0
         for alternative in result.alternatives:
-            if self.clock.elapsed() >= self.clock.limit_s:
+            if tried and self.clock.elapsed() >= self.clock.limit_s:
                 return None
             if any(peak * spread[d] > budgets[d] for d, peak in alternative.stats.peaks.items()
                    if d in budgets):
@@ -113,6 +115,7 @@ class RematFit:
                 predicted_seconds=alternative.seconds,
                 layout_time_limit=self.clock.runner_up_layout(),
             )
+            tried += 1
             if not overshoot(built.plan):
                 return built
             _widen(spread, built.plan, alternative.stats.peaks)
