@@ -7,13 +7,17 @@
 - pyramid: OLLA's pre-placement (Steiner et al. 2022, section 4.5, Function 5): a chain of
   nested long-lived buffers, longest first, stacked at increasing addresses; the rest greedy by
   size around it.
+- pyramids: two such chains (the second from the buffers the first left), then the rest
+  largest first, earliest start first. On buffer traces of rematerialization schedules (near
+  the peak for a thousand steps, many recomputed copies of a few sizes) ordering the rest by
+  start rather than by lifetime leaves 0.45-0.7% above the live bytes instead of 1-2.6%.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -90,11 +94,24 @@ def pyramid(instance: LayoutInstance) -> np.ndarray:
     return place_in_order(instance, np.concatenate((np.asarray(chain, dtype=np.int64), rest)))
 
 
+def pyramids(instance: LayoutInstance) -> np.ndarray:
+    first = pyramid_chain(instance)
+    taken = instance.fixed.copy()
+    taken[first] = True
+    chains = first + pyramid_chain(replace(instance, fixed=taken))
+    in_chain = np.zeros(instance.n, dtype=bool)
+    in_chain[chains] = True
+    rest = _order(instance, -instance.size, instance.lower)
+    rest = rest[~in_chain[rest]]
+    return place_in_order(instance, np.concatenate((np.asarray(chains, dtype=np.int64), rest)))
+
+
 HEURISTICS: dict[str, Callable[[LayoutInstance], np.ndarray]] = {
     "greedy_by_size": greedy_by_size,
     "best_fit": best_fit,
     "pyramid": pyramid,
     "greedy_by_area": greedy_by_area,
+    "pyramids": pyramids,
 }
 
 

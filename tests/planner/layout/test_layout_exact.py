@@ -37,7 +37,7 @@ def test_plan_layout_is_optimal_and_heuristics_bounded(seed: int) -> None:
     assert check_layout(buffers, layout) == []
     assert layout.arena_size == optimum
     assert layout.status == "OPTIMAL" and layout.lower_bound == optimum and layout.gap == 0.0
-    for method in ("greedy_by_size", "best_fit", "pyramid", "greedy_by_area"):
+    for method in ("greedy_by_size", "best_fit", "pyramid", "greedy_by_area", "pyramids"):
         heuristic = heuristic_layout(buffers, methods=[method])
         assert check_layout(buffers, heuristic) == []
         assert heuristic.arena_size >= optimum
