@@ -129,8 +129,26 @@ class _State:
         self.eff[s] = level
         return level + int(self.rem[s]) <= self.capacity
 
-    def lower_back(self, s: int, level: int) -> None:
-        self.eff[s] = level
+    def lower_back(self, s: int, level: int, end: int | None = None) -> None:
+        self.eff[s:s + 1 if end is None else end] = level
+
+    def raise_run(self, s: int, level: int, target: int) -> int:
+        """After section ``s - 1`` rose from ``level`` to ``target``: raise the run of sections
+        from ``s`` at ``level`` where no unplaced buffer starts, each to ``target``; one past
+        the run, or -1 (nothing raised) if one of them no longer fits its buffers.
+
+        One move for what would be one forced move per section: each such section would be the
+        lowest next, with nothing to place, rising to its left neighbour's new floor. On buffer
+        traces of thousands of steps, most of them start nothing, and these moves were 96% of
+        the search."""
+        sec, end = self.sec, s
+        while (end < len(self.eff) and int(self.eff[end]) == level
+               and all(self.placed[j] for j in sec.starting[end])):
+            if target + int(self.rem[end]) > self.capacity:
+                return -1
+            end += 1
+        self.eff[s:end] = target
+        return end
 
     def next_level(self, s: int, level: int, forced: bool) -> int:
         """Where section ``s`` rises when nothing sits at ``level`` there: the lowest offset a
@@ -187,25 +205,27 @@ def _candidates(state: _State, s: int, level: int) -> list[int]:
 
 class _Frame:
     """One node: the lowest section, its level, the buffers that can sit there, the move taken
-    (``k`` placements tried; ``raised`` once the floor was left empty instead)."""
+    (``k`` placements tried; ``raised`` once the floor was left empty instead, up to section
+    ``run_end``: `_State.raise_run`)."""
 
-    __slots__ = ("section", "level", "cands", "k", "raised")
+    __slots__ = ("section", "level", "cands", "k", "raised", "run_end")
 
     def __init__(self, section: int, level: int, cands: list[int]):
         self.section, self.level, self.cands = section, level, cands
         self.k = 0
         self.raised = False
+        self.run_end = section + 1
 
     def touched(self, sec: _Sections) -> tuple[int, int]:
         """The sections the current move changed."""
         if self.raised:
-            return self.section, self.section + 1
+            return self.section, self.run_end
         j = self.cands[self.k - 1]
         return sec.first[j], sec.end[j]
 
     def undo(self, state: _State) -> None:
         if self.raised:
-            state.lower_back(self.section, self.level)
+            state.lower_back(self.section, self.level, self.run_end)
         elif self.k:
             state.unplace(self.cands[self.k - 1], self.level)
 
@@ -223,6 +243,14 @@ class _Frame:
         target = state.next_level(self.section, self.level, forced=not self.cands)
         if target >= _INF or not state.raise_to(self.section, target):
             state.lower_back(self.section, self.level)
+            return False
+        self.run_end = state.raise_run(self.section + 1, self.level, target)
+        if self.run_end < 0:
+            # a section of the run is the dead end: the search goes back move by move, as it
+            # would from that section's own node (which reads it and its left neighbour)
+            state.lower_back(self.section, self.level)
+            self.run_end = self.section + 1
+            state.why = [0, len(state.eff)]
             return False
         self.raised = True
         return True
