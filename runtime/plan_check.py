@@ -34,6 +34,7 @@ from runtime.errors import ArenaBudgetError, ModelMismatchError, PlanCheckError
 from runtime.model import RuntimeModel, ValueType
 from runtime.plan_io import check_schema_version
 from schemas.plan import (
+    DATA_IN_PLACE_OP_TYPES,
     IN_PLACE_OP_TYPES,
     VIEW_OP_TYPES,
     BufferSpec,
@@ -341,20 +342,26 @@ def _shared_write_problem(b: BufferSpec, writer: ComputeStep | None,
                           buffers: dict[str, BufferSpec]) -> str | None:
     """Why `writer` may not write `b` into bytes it shares (None when it may). A view is written
     by a view op whose data input (input 0) is at the same address, so the kernel writes
-    nothing; an in-place value by an elementwise op over an input of the same address and size,
-    each element read before it is written."""
+    nothing; an in-place value by an op that may write over an input of the same address and
+    size, each element (row) read before it is written; a scatter only over its data input, with
+    no other input in that storage."""
     if writer is None:
         return "but a copy writes only buffers that own their bytes"
     view = b.shares == "view"
     if writer.op_type not in (VIEW_OP_TYPES if view else IN_PLACE_OP_TYPES):
         kind = "a view op" if view else "an op that may write over its input"
         return f"but {writer.op_name} ({writer.op_type}) is not {kind}"
-    for src_id in writer.inputs[:1] if view else writer.inputs:
+    data_only = view or writer.op_type in DATA_IN_PLACE_OP_TYPES
+    if not view and data_only and any(
+            (src := buffers.get(i or "")) is not None and src.storage == b.storage
+            for i in writer.inputs[1:]):
+        return f"but {writer.op_name} ({writer.op_type}) reads its updates from the same storage"
+    for src_id in writer.inputs[:1] if data_only else writer.inputs:
         src = buffers.get(src_id or "")
         if src is not None and src.storage == b.storage and src.offset == b.offset and (
                 view or src.size == b.size):
             return None
-    where = "its data input" if view else "an input of the same size"
+    where = "its data input" if data_only else "an input of the same size"
     return f"but {writer.op_name} ({writer.op_type}) does not read {where} at its address"
 
 

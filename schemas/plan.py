@@ -46,14 +46,20 @@ DEVICE_PATTERN = re.compile(r"cpu(:\d+)?|cuda:\d+")  # the whole name: fullmatch
 # Ops whose output is their first input's bytes under another shape: a `view` buffer is written
 # by one of these, reading a buffer of the same storage, and the kernel writes nothing.
 VIEW_OP_TYPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
-# Elementwise ops that may write their output over an input of the same shape and dtype (each
-# output element depends only on the same element of every input): an `in_place` buffer is
-# written by one of these over a buffer it reads.
+# Ops that write their output over their data input (input 0) only, and only when no other input
+# shares its bytes: ONNX Runtime's kernels copy the data into the output unless both are the same
+# address, then write the updates at their indices (the loss gradient's one-hot scatter is a
+# logits-sized buffer).
+DATA_IN_PLACE_OP_TYPES = frozenset({"ScatterElements", "ScatterND"})
+# Ops that may write their output over an input of the same shape and dtype: an `in_place`
+# buffer is written by one of these over a buffer it reads. Elementwise ops read element i of
+# every input before writing element i of the output; Softmax and LogSoftmax read a whole row
+# before writing it; DATA_IN_PLACE_OP_TYPES only over input 0.
 IN_PLACE_OP_TYPES = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log",
     "Max", "Min", "Clip", "Where", "Floor", "Ceil", "Relu", "Sigmoid", "Tanh", "Erf",
-    "LeakyRelu", "Softplus",
-})
+    "LeakyRelu", "Softplus", "Softmax", "LogSoftmax",
+}) | DATA_IN_PLACE_OP_TYPES
 # Sizes the solvers and ONNX shapes can hold (int64); a JSON `true` is no number of bytes.
 WholeNumber = Annotated[int, Strict(), Field(lt=2**63)]
 SolverStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]

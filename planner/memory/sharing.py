@@ -7,8 +7,10 @@ do better, and so do we (issue 13):
   their first input's bytes under another shape (ONNX Runtime's CPU and CUDA kernels skip the
   copy when output and input are the same address). A view always shares its source's storage,
   whatever the order; the storage lives until the last read of any of its views.
-- **In place.** An elementwise op (`IN_PLACE_OPS`: each output element depends only on the same
-  element of each input) may write its output over an input with the same shape and dtype when
+- **In place.** An op of `IN_PLACE_OPS` (elementwise: each output element depends only on the
+  same element of each input; Softmax and LogSoftmax: each row read before it is written; a
+  scatter: over its data input only, which its kernel otherwise copies into the output first)
+  may write its output over an input with the same shape and dtype when
   nothing reads that storage afterwards and the value need not survive: not a constant, not a
   graph input other than state, not a graph output. Whether that holds depends on the schedule
   (which reads come later, what a recomputation still needs), so planner.memory.replay decides
@@ -31,8 +33,8 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from planner.ir.graph import Graph, Tensor
-from schemas.plan import IN_PLACE_OP_TYPES, VIEW_OP_TYPES
+from planner.ir.graph import Graph, Op, Tensor
+from schemas.plan import DATA_IN_PLACE_OP_TYPES, IN_PLACE_OP_TYPES, VIEW_OP_TYPES
 
 # The plan contract names the ops (schemas.plan): views write nothing (ONNX Runtime registers them
 # with an output aliasing input 0 and skips the copy when the addresses are equal); the in-place
@@ -41,6 +43,7 @@ from schemas.plan import IN_PLACE_OP_TYPES, VIEW_OP_TYPES
 # the output bound on the input's bytes).
 VIEW_OPS = VIEW_OP_TYPES
 IN_PLACE_OPS = IN_PLACE_OP_TYPES
+DATA_IN_PLACE_OPS = DATA_IN_PLACE_OP_TYPES
 # ONNX Runtime's CUDA Max/Min with three or more inputs (broadcast, or more than eight) zero the
 # output before accumulating into it: in place only with two inputs.
 VARIADIC_OPS = frozenset({"Max", "Min"})
@@ -82,6 +85,17 @@ def takes_over_storage(old_value_reads: Iterable[int], written_at: int) -> bool:
     return all(read <= written_at for read in old_value_reads)
 
 
+def over_inputs(op: Op) -> tuple[int, ...]:
+    """The inputs `op` may write its output over: its data input only for a scatter (and only
+    when no other input reads the same tensor: it reads its updates while writing), else any."""
+    if op.op_type not in DATA_IN_PLACE_OPS:
+        return op.input_ids
+    data = op.inputs[0]
+    if data is None or data in op.inputs[1:]:
+        return ()
+    return (data,)
+
+
 def same_bytes(a: Tensor, b: Tensor) -> bool:
     """Equal shape and dtype: one may be written over the other element by element."""
     return a.shape == b.shape and a.elem_type == b.elem_type
@@ -101,7 +115,7 @@ def _analyze(graph: Graph) -> Sharing:
                 view_source[out] = src
         elif (op.op_type in IN_PLACE_OPS and len(op.output_ids) == 1
               and (op.op_type not in VARIADIC_OPS or len(op.inputs) <= 2)):
-            found = tuple(t for t in op.input_ids
+            found = tuple(t for t in over_inputs(op)
                           if same_bytes(tensors[t], tensors[out]) and not tensors[t].is_initializer)
             if found:
                 candidates[out] = found

@@ -35,6 +35,7 @@ from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, check_layout
 from planner.plan.live import live_curves, storage_ranges
 from schemas.plan import (
+    DATA_IN_PLACE_OP_TYPES,
     IN_PLACE_OP_TYPES,
     PLAN_SCHEMA_VERSION,
     VIEW_OP_TYPES,
@@ -236,6 +237,10 @@ def _check_sharing_write(graph: Graph, s: ComputeStep, step: int, b_id: str,
             return [f"step {step} ({s.op_name}) writes view {b_id}, but a {s.op_type} reading "
                     f"{source.id if source else 'nothing'} cannot be a view of {b.storage}"]
         return []
+    if s.op_type in DATA_IN_PLACE_OP_TYPES:  # over its data input, which no other input shares
+        data, others = read[:1], read[1:]
+        read = data if data and data[0].id == s.inputs[0] and all(
+            r.storage != b.storage for r in others) else []
     if s.op_type not in IN_PLACE_OP_TYPES or not any(
             r.storage == b.storage and r.shape == b.shape and r.dtype == b.dtype for r in read):
         return [f"step {step} ({s.op_name}, {s.op_type}) cannot write {b_id} in place: it must "

@@ -122,7 +122,39 @@ def in_place_cases() -> list[Case]:
               Case("Where", (condition, x, y), 2, "Where-over-y"),
               Case("Where", (condition, x, _values(rng, (), "any")), 1, "Where-scalar-y-over-x"),
               Case("Where", (condition[:1], x, y), 2, "Where-row-condition-over-y")]
+    cases += row_cases(rng) + scatter_cases(rng)
     return cases
+
+
+WIDE = (4, 3001)  # rows longer than the GPU kernels' one-warp softmax (1,024 elements)
+
+
+def row_cases(rng: np.random.Generator) -> list[Case]:
+    """Softmax and LogSoftmax read a whole row (max, sum) before writing it."""
+    cases = []
+    for op in ("Softmax", "LogSoftmax"):
+        x, wide = _values(rng, SHAPE, "any"), _values(rng, WIDE, "any")
+        cases += [Case(op, (x,), 0, f"{op}-last-axis", {"axis": -1}),
+                  Case(op, (wide,), 0, f"{op}-wide-rows", {"axis": 1}),
+                  Case(op, (x,), 0, f"{op}-axis-0", {"axis": 0})]
+    return cases
+
+
+def scatter_cases(rng: np.random.Generator) -> list[Case]:
+    """Scatters write over their data input (input 0), which they would otherwise copy first:
+    the loss gradient's one-hot ScatterElements along the class axis, a reduction, ScatterND."""
+    data = _values(rng, SHAPE, "any")
+    picks = np.stack([rng.choice(SHAPE[1], 5, replace=False) for _ in range(SHAPE[0])])
+    updates = _values(rng, picks.shape, "any")
+    rows = rng.choice(SHAPE[0], 10, replace=False).reshape(10, 1)
+    return [
+        Case("ScatterElements", (data, picks.astype(np.int64), updates), 0,
+             "ScatterElements-axis-1", {"axis": 1}),
+        Case("ScatterElements", (data, picks.astype(np.int64), updates), 0,
+             "ScatterElements-add", {"axis": 1, "reduction": "add"}),
+        Case("ScatterND", (data, rows.astype(np.int64), _values(rng, (10, SHAPE[1]), "any")), 0,
+             "ScatterND-rows"),
+    ]
 
 
 CASES = in_place_cases()
