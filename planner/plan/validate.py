@@ -28,12 +28,13 @@ It returns the per-device memory curve and the time predicted from a profile.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, check_layout
-from planner.plan.live import live_curves, storage_ranges
+from planner.plan.live import range_curves, storage_ranges
 from schemas.plan import (
     DATA_IN_PLACE_OP_TYPES,
     IN_PLACE_OP_TYPES,
@@ -84,8 +85,9 @@ def validate_plan(graph: Graph, plan: Plan, profile: Profile | None = None) -> V
     if errors:
         return ValidationReport(errors)
     errors.extend(_replay(graph, plan, buffers))
-    live = _live_curves(plan, buffers)
-    errors.extend(_check_memory(plan, buffers, live))
+    storages = storage_ranges(buffers.values())
+    live = _live_curves(plan, storages)
+    errors.extend(_check_memory(plan, storages, live))
     predicted = _predicted_seconds(plan, buffers, profile) if profile is not None else None
     return ValidationReport(errors, live, predicted)
 
@@ -252,39 +254,87 @@ def _check_overwrites(plan: Plan, buffers: dict[str, BufferSpec],
                       overwrites: list[tuple[int, str]], created: dict[str, int],
                       uses: dict[str, list[int]]) -> list[str]:
     """Nothing written before an in-place write into the same storage is read after it, or must
-    survive it (a graph output, a constant, a data input)."""
-    errors = []
-    members: dict[str, list[BufferSpec]] = {}
-    for b in buffers.values():
-        members.setdefault(b.storage, []).append(b)
+    survive it (a graph output, a constant, a data input).
+
+    Each storage's members are sorted by the step that wrote them, with the running latest use
+    and whether one must survive; a write at step s looks only at the prefix written before s,
+    in O(log k) when it is clean (a chain of k in-place writes is not quadratic)."""
     must_survive = set(plan.graph_outputs.values()) | set(plan.constants.values())
     must_survive |= {b_id for name, b_id in plan.graph_inputs.items()
                      if name not in plan.state_updates}
+    written = {storage: _WrittenBefore(members, created, uses, must_survive)
+               for storage, members in _members(buffers, {b for _, b in overwrites}).items()}
+    errors = []
     for step, b_id in overwrites:
-        for other in members[buffers[b_id].storage]:
-            if other.id == b_id or created.get(other.id, step) >= step:
-                continue
+        before = written[buffers[b_id].storage]
+        for other in before.conflicts(step):
             late = [u for u in uses.get(other.id, []) if u > step]
             if late:
                 errors.append(f"step {step} writes {b_id} over storage {other.storage} while "
                               f"{other.id} is still read at step {late[0]}")
-            elif other.id in must_survive:
+            else:
                 errors.append(f"step {step} writes {b_id} over {other.id}, which must keep its "
                               "value (a graph output, a constant or a data input)")
     return errors
 
 
-def _live_curves(plan: Plan, buffers: dict[str, BufferSpec]) -> dict[str, list[int]]:
+def _members(buffers: dict[str, BufferSpec], written: set[str]) -> dict[str, list[BufferSpec]]:
+    """The buffers of each storage that one of `written` sits in."""
+    storages = {buffers[b].storage for b in written}
+    members: dict[str, list[BufferSpec]] = {s: [] for s in storages}
+    for b in buffers.values():
+        if b.storage in members:
+            members[b.storage].append(b)
+    return members
+
+
+class _WrittenBefore:
+    """One storage's members in the order they were written (members never written left out;
+    preloaded ones before step 0, so that a write at step 0 cannot go over them unseen), with
+    prefix maxima of their last use and prefix counts of those that must survive."""
+
+    def __init__(self, members: list[BufferSpec], created: dict[str, int],
+                 uses: dict[str, list[int]], must_survive: set[str]) -> None:
+        def written_at(b: BufferSpec) -> int:
+            return -1 if b.preloaded else created[b.id]
+
+        self.members = sorted((b for b in members if b.id in created), key=written_at)
+        self.steps = [written_at(b) for b in self.members]
+        self.last_use: list[int] = []
+        self.surviving: list[int] = []
+        latest, count = -1, 0
+        for b in self.members:
+            latest = max(latest, *uses.get(b.id, [-1]))
+            count += b.id in must_survive
+            self.last_use.append(latest)
+            self.surviving.append(count)
+        self.must_survive = must_survive
+        self.uses = uses
+
+    def conflicts(self, step: int) -> list[BufferSpec]:
+        """Members written before `step` that are read after it or must survive it."""
+        k = bisect_left(self.steps, step)
+        if k == 0 or (self.last_use[k - 1] <= step and not self.surviving[k - 1]):
+            return []
+        return [b for b in self.members[:k]
+                if b.id in self.must_survive or any(u > step for u in self.uses.get(b.id, []))]
+
+
+def _live_curves(plan: Plan, storages: list[tuple[BufferSpec, int, int]]
+                 ) -> dict[str, list[int]]:
     n = len(plan.steps)
-    curves = live_curves(buffers.values(), n)
+    curves = range_curves(storages, n)
     return {device: curves[device].tolist() if device in curves else [0] * n
             for device in plan.request.budgets}
 
 
-def _check_memory(plan: Plan, buffers: dict[str, BufferSpec],
+def _check_memory(plan: Plan, storages: list[tuple[BufferSpec, int, int]],
                   live: dict[str, list[int]]) -> list[str]:
     errors = []
     arenas = {d.device: d.arena_bytes for d in plan.devices}
+    by_device: dict[str, list[tuple[BufferSpec, int, int]]] = {}
+    for storage in storages:
+        by_device.setdefault(storage[0].device, []).append(storage)
     for device, budget in plan.request.budgets.items():
         arena = arenas.get(device)
         if arena is None:
@@ -298,7 +348,7 @@ def _check_memory(plan: Plan, buffers: dict[str, BufferSpec],
             step = curve.index(worst)
             errors.append(f"{device} holds {worst} B live at step {step}, more than its "
                           f"budget {budget} B / arena {arena} B")
-        owners = storage_ranges(b for b in buffers.values() if b.device == device)
+        owners = by_device.get(device, [])
         placed = [Buffer(b.id, first, last + 1, max(b.size, 1)) for b, first, last in owners]
         layout = Layout(
             offsets={b.id: b.offset for b, _, _ in owners}, arena_size=arena, lower_bound=0,
