@@ -2,7 +2,7 @@
 
 1. Validate and normalize (zones placed, pre-placed buffers checked, common unit).
 2. Lower bound: max live bytes. Stack always-live buffers at the bottom (no loss).
-3. Heuristics (greedy by size, best fit, pyramid, greedy by area, pyramids) stop at the first
+3. Heuristics (pyramid, greedy by size, best fit, greedy by area, pyramids) stop at the first
    that reaches the lower bound: that layout is optimal and is returned at once.
 4. Otherwise, per independent time component, hardest first: first the decision "does the
    component fit in the lowest arena still worth having", by the hot window (window.py: the

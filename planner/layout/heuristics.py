@@ -62,25 +62,21 @@ def best_fit(instance: LayoutInstance) -> np.ndarray:
 
 def pyramid_chain(instance: LayoutInstance) -> list[int]:
     """OLLA Function 5: repeatedly take the longest-lived unprocessed buffer whose lifetime lies
-    inside the previous one's ([min_start, max_end]), so the chain forms a pyramid."""
+    inside the previous one's ([min_start, max_end]), so the chain forms a pyramid.
+
+    One pass in that order: a buffer passed over lies outside the current lifetime, and the
+    later ones lie inside it, so it is never taken later either."""
     free = instance.free_idx
     lo = instance.lower[free]
     hi = instance.upper[free]
-    duration = hi - lo
     # ties between equally long buffers: the larger first, then input order
-    rank = np.lexsort((free, -instance.size[free], -duration))
-    lo, hi, duration, members = lo[rank], hi[rank], duration[rank], free[rank]
-    taken = np.zeros(len(members), dtype=bool)
+    rank = np.lexsort((free, -instance.size[free], lo - hi))
     chain: list[int] = []
     min_start, max_end = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-    while True:
-        ok = np.flatnonzero((lo >= min_start) & (hi <= max_end) & ~taken)
-        if len(ok) == 0:
-            break
-        k = int(ok[0])  # members are sorted by decreasing duration
-        taken[k] = True
-        chain.append(int(members[k]))
-        min_start, max_end = int(lo[k]), int(hi[k])
+    for k, start, end in zip(rank.tolist(), lo[rank].tolist(), hi[rank].tolist(), strict=True):
+        if start >= min_start and end <= max_end:
+            chain.append(int(free[k]))
+            min_start, max_end = start, end
     return chain
 
 
@@ -90,26 +86,29 @@ def pyramid(instance: LayoutInstance) -> np.ndarray:
     in_chain[chain] = True
     duration = instance.upper - instance.lower
     rest = _order(instance, -instance.size, -duration, instance.lower)
-    rest = rest[~in_chain[rest]]
-    return place_in_order(instance, np.concatenate((np.asarray(chain, dtype=np.int64), rest)))
+    return place_in_order(instance, rest[~in_chain[rest]], chain=chain)
 
 
 def pyramids(instance: LayoutInstance) -> np.ndarray:
     first = pyramid_chain(instance)
     taken = instance.fixed.copy()
     taken[first] = True
-    chains = first + pyramid_chain(replace(instance, fixed=taken))
+    second = pyramid_chain(replace(instance, fixed=taken))
     in_chain = np.zeros(instance.n, dtype=bool)
-    in_chain[chains] = True
+    in_chain[first + second] = True
     rest = _order(instance, -instance.size, instance.lower)
     rest = rest[~in_chain[rest]]
-    return place_in_order(instance, np.concatenate((np.asarray(chains, dtype=np.int64), rest)))
+    return place_in_order(instance, np.concatenate((np.asarray(second, dtype=np.int64), rest)),
+                          chain=first)
 
 
+# the order they run in (stopping at the first that reaches the bound): the pyramid first, as
+# it is the cheapest on long traces (its chain is one range per step) and reaches the bound on
+# nested lifetimes, where on a 20,000-op chain greedy by size ended 2 bytes above it in 2 s
 HEURISTICS: dict[str, Callable[[LayoutInstance], np.ndarray]] = {
+    "pyramid": pyramid,
     "greedy_by_size": greedy_by_size,
     "best_fit": best_fit,
-    "pyramid": pyramid,
     "greedy_by_area": greedy_by_area,
     "pyramids": pyramids,
 }
