@@ -14,8 +14,17 @@ import time
 from dataclasses import dataclass, field
 
 # The seconds any phase gets however little time is left: a phase cut to nothing returns
-# nothing, which is worse than overrunning the limit a little.
+# nothing, which is worse than overrunning the limit a little. Under short limits the floor is
+# this share of the limit instead, so that the floors of the phases after the first fit in the
+# overrun the issue allows (5%, and 1 s under 20 s).
 PHASE_FLOOR_S = 1.0
+PHASE_FLOOR_SHARE = 0.1
+# Seconds per op of the graph that the pipeline keeps back for building and validating the last
+# plan (planner.plan: the replay, the buffers and steps, the independent validation), which no
+# time limit shortens: 0.9-1.3 s on the 20,000-op chain on the development machine's two shared
+# cores, its layout left out.
+FINISH_S_PER_OP = 60e-6
+
 # Layout time limits: the keep-everything arena when remat is certainly needed anyway, and when
 # the budget leaves room above its live bytes, a remat schedule's arenas, a runner-up
 # schedule's arenas and the infeasibility probe's arena.
@@ -86,35 +95,52 @@ MIN_BUDGET_SHARES = MinBudgetShares()
 
 @dataclass(frozen=True)
 class TimeBudget:
-    """One request's time limit and when it started: each phase asks it for its seconds."""
+    """One request's time limit and when it started: each phase asks it for its seconds.
+
+    `reserve_s`: the seconds kept back at the end for building and validating the plan
+    (`for_graph` estimates them from the graph's size); the phases share the rest."""
 
     limit_s: float
     started: float = field(default_factory=time.perf_counter)
     shares: PipelineShares = PIPELINE_SHARES
+    reserve_s: float = 0.0
+
+    @classmethod
+    def for_graph(cls, limit_s: float, n_ops: int) -> TimeBudget:
+        """The clock of a request on a graph of `n_ops` ops, keeping FINISH_S_PER_OP per op."""
+        return cls(limit_s, reserve_s=FINISH_S_PER_OP * n_ops)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
+    def usable(self) -> float:
+        """The limit less the reserve: what the phases share."""
+        return max(0.0, self.limit_s - self.reserve_s)
+
+    def floor(self) -> float:
+        """The least a phase gets (PHASE_FLOOR_S, less under short limits)."""
+        return min(PHASE_FLOOR_S, PHASE_FLOOR_SHARE * self.limit_s)
+
     def left(self) -> float:
-        """Seconds left, at least PHASE_FLOOR_S."""
-        return max(PHASE_FLOOR_S, self.limit_s - self.elapsed())
+        """Seconds left before the reserve, at least the floor."""
+        return max(self.floor(), self.usable() - self.elapsed())
 
     def order(self, maybe_fits: bool) -> float:
         share = self.shares.order_may_fit if maybe_fits else self.shares.order_remat
-        return self.limit_s * share
+        return self.usable() * share
 
     def keep_layout(self, maybe_fits: bool, roomy: bool = False) -> float:
         """The keep-everything layout: its share when keeping everything may just fit, else
         QUICK_LAYOUT_S; ROOMY_LAYOUT_S when the budget leaves the arena room above the live
         bytes (more time would only shave a fraction of a percent off it)."""
-        cap = (max(QUICK_LAYOUT_S, self.shares.keep_layout * self.limit_s) if maybe_fits
+        cap = (max(QUICK_LAYOUT_S, self.shares.keep_layout * self.usable()) if maybe_fits
                else QUICK_LAYOUT_S)
         return min(self.left(), ROOMY_LAYOUT_S if roomy else cap)
 
     def remat(self, attempt: int) -> float:
         """The remat solve of `attempt` (0: the first; then the retries after an overshoot)."""
         share = self.shares.remat_first if attempt == 0 else self.shares.remat_retry
-        return max(PHASE_FLOOR_S, (self.limit_s - self.elapsed()) * share)
+        return max(self.floor(), (self.usable() - self.elapsed()) * share)
 
     def remat_layout(self) -> float:
         """A remat schedule's layout: a tenth of the limit, between ROOMY_LAYOUT_S and

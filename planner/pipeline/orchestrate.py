@@ -17,6 +17,7 @@ from planner.errors import InvalidInputError
 from planner.ir.graph import Graph, load_graph
 from planner.memory.schedule import sequential_schedule
 from planner.order import OrderResult, optimize_order
+from planner.pipeline.collector import fewer_collections
 from planner.pipeline.fit import RematFit
 from planner.pipeline.infeasible import check_above_lower_bound
 from planner.plan.builder import BuiltPlan, build_plan
@@ -72,9 +73,10 @@ def plan_model_costed(
 ) -> Costed:
     notify = progress or (lambda phase, info: None)
     notify("load", {})
-    graph = load_graph(model, dims=request.dims, optimization=request.graph_optimization,
-                       devices=list(request.budgets))
-    return plan_graph_costed(graph, request, progress=progress)
+    with fewer_collections():
+        graph = load_graph(model, dims=request.dims, optimization=request.graph_optimization,
+                           devices=list(request.budgets))
+        return plan_graph_costed(graph, request, progress=progress)
 
 
 def plan_graph(graph: Graph, request: PlanRequest, *,
@@ -84,7 +86,14 @@ def plan_graph(graph: Graph, request: PlanRequest, *,
 
 def plan_graph_costed(graph: Graph, request: PlanRequest, *,
                       progress: ProgressCallback | None = None) -> Costed:
-    clock = TimeBudget(request.time_limit_s)
+    with fewer_collections():
+        return _plan_graph_costed(graph, request, progress)
+
+
+def _plan_graph_costed(graph: Graph, request: PlanRequest,
+                       progress: ProgressCallback | None) -> Costed:
+    # the phases share the limit less what building and validating the plan will take
+    clock = TimeBudget.for_graph(request.time_limit_s, len(graph.ops))
     notify = progress or (lambda phase, info: None)
     _check_profile(graph, request)
     check_above_lower_bound(graph, request)

@@ -19,8 +19,10 @@ import pytest
 from onnx import helper
 
 import planner.plan
+import planner.plan.builder
 from planner.ir.graph import Graph, load_graph
 from planner.ir.graph_json import graph_from_node_link
+from planner.layout import plan_layout
 from planner.memory.schedule import sequential_schedule
 from planner.plan.builder import build_plan
 from planner.plan.validate import validate_plan
@@ -31,6 +33,7 @@ from tests.support.onnx_builders import make_model, value
 PLAN_DIR = str(Path(planner.plan.__file__).parent)
 # Lines run for 4x the ops, over lines run for 1x: 4 when linear, 16 when quadratic.
 LINEAR_GROWTH = 5.0
+PER_OP_S = 250e-6
 
 
 def _in_place_chain(n: int) -> Graph:
@@ -104,19 +107,31 @@ def test_a_write_at_step_0_over_a_data_input_is_rejected():
 
 
 @pytest.mark.scale
-def test_the_20000_op_chain_builds_and_validates_in_about_linear_time():
-    """Generous: 100 us per op for building without the layout and for validating, each (about
-    25 us on the development machine's shared core)."""
+def test_the_20000_op_chain_builds_and_validates_in_about_linear_time(monkeypatch):
+    """Generous, for shared machines: PER_OP_S for building (the layout's own time left out)
+    and for validating, each (30-70 us on the development machine's two shared cores; a scan
+    per op over the graph would take seconds per op)."""
     graph, _ = graph_from_node_link(chain_json(random.Random(0), 10_000))
     request = PlanRequest(budgets={"cpu": 1 << 40}, alignment=1, time_limit_s=5)
     schedule = sequential_schedule(graph, range(len(graph.ops)), "cpu")
+    laying_out = 0.0
+
+    def timed_layout(*args, **kwargs):
+        nonlocal laying_out
+        started = time.perf_counter()
+        try:
+            return plan_layout(*args, **kwargs)
+        finally:
+            laying_out += time.perf_counter() - started
+
+    monkeypatch.setattr(planner.plan.builder, "plan_layout", timed_layout)
     started = time.perf_counter()
     built = build_plan(graph, schedule, request, plan_id="t", planner_version="t",
                        layout_time_limit=1.0)
-    building = time.perf_counter() - started - built.layouts["cpu"].solve_seconds
+    building = time.perf_counter() - started - laying_out
     started = time.perf_counter()
     report = validate_plan(graph, built.plan)
     validating = time.perf_counter() - started
     assert report.ok, report.errors[:3]
-    assert building <= 100e-6 * len(graph.ops), building
-    assert validating <= 100e-6 * len(graph.ops), validating
+    assert building <= PER_OP_S * len(graph.ops), building
+    assert validating <= PER_OP_S * len(graph.ops), validating
