@@ -1,6 +1,7 @@
 """One model through one planner tree: what the memory bench asks of the planner, as JSON.
 
     PYTHONPATH=TREE python bench/memory/plan_worker.py plan MODEL.onnx [--time-limit S]
+        [--optimization extended]
     PYTHONPATH=TREE python bench/memory/plan_worker.py min-budget MODEL.onnx [--time-limit S]
 
 Run as a script in a fresh process whose import path starts with TREE, so that the same code
@@ -9,7 +10,9 @@ have: load_graph, liveness, plan_graph, min_budget). Prints one JSON line. `plan
 file-order peak and the op-footprint bound of planner.memory.liveness and the keep-everything
 plan (one cpu budget large enough for everything) with its arena, persistent bytes and
 per-phase solver seconds. `min-budget`: planner.queries.min_budget under the time limit (apart,
-because it can take long: the caller gives it a timeout of its own).
+because it can take long: the caller gives it a timeout of its own). `--optimization` plans ONNX
+Runtime's rewrite of the model (what `arenaplan plan` plans by default; trees from before that
+option only plan the model as sent).
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ def keep_everything(graph, time_limit: float) -> dict:
     row["liveness_seconds"] = time.perf_counter() - started
     row["op_footprint_bound"] = order_lower_bound(graph)
     started = time.perf_counter()
-    plan = plan_graph(graph, PlanRequest(budgets={"cpu": EVERYTHING}, time_limit_s=time_limit))
+    request = PlanRequest(budgets={"cpu": EVERYTHING}, time_limit_s=time_limit)
+    if getattr(graph, "optimized", None) is not None:  # the same request the CLI would make
+        request = request.model_copy(update={"graph_optimization": graph.optimized.level})
+    plan = plan_graph(graph, request)
     row["plan_seconds"] = time.perf_counter() - started
     device = plan.devices[0]
     row["arena_bytes"] = device.arena_bytes
@@ -59,8 +65,11 @@ def main() -> int:
     parser.add_argument("what", choices=("plan", "min-budget"))
     parser.add_argument("model")
     parser.add_argument("--time-limit", type=float, default=30.0)
+    parser.add_argument("--optimization", choices=("disable", "basic", "extended"),
+                        default="disable")
     args = parser.parse_args()
-    graph = load_graph(args.model)
+    graph = (load_graph(args.model) if args.optimization == "disable"
+             else load_graph(args.model, optimization=args.optimization))
     work = keep_everything if args.what == "plan" else smallest_budget
     print(json.dumps(work(graph, args.time_limit)))
     return 0

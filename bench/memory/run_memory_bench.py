@@ -18,7 +18,11 @@ bench/models/ on first use, not committed), one model at a time:
 - (d) the file-order liveness peak and the op-footprint bound (planner.memory.liveness), and
   min-budget (planner.queries) under its time limit, before and now; whether a plan exists at
   the persistent bytes plus half of the keep-everything activation bytes (the issue's target);
-- the wall time of ordering in the keep-everything plan (its order phase), before and now.
+- the wall time of ordering in the keep-everything plan (its order phase), before and now;
+- why: the keep-everything floor of the model as sent (bench/memory/floor.py: live bytes no
+  order avoids without recomputing), and the keep-everything arena and floor of the graph
+  `arenaplan plan` plans by default, ONNX Runtime's extended rewrite (the graph its default
+  session runs too).
 
 Reruns are cheap: the before figures are cached in bench/memory/before.json and the torch and
 ONNX Runtime peaks in results.json, both by the model's sha256 (and time limits), so a rerun
@@ -95,9 +99,18 @@ def before_tree(path: Path) -> Path:
     return path
 
 
-def plan_figures(tree: Path, what: str, model: Path, time_limit: float, timeout: float) -> dict:
+def plan_figures(tree: Path, what: str, model: Path, time_limit: float, timeout: float,
+                 optimization: str = "disable") -> dict:
+    extra = [] if optimization == "disable" else ["--optimization", optimization]
     return run_json([sys.executable, str(WORKER), what, str(model), "--time-limit",
-                     str(time_limit)], cwd=tree, env={"PYTHONPATH": str(tree)}, timeout=timeout)
+                     str(time_limit), *extra], cwd=tree, env={"PYTHONPATH": str(tree)},
+                    timeout=timeout)
+
+
+def floor_figures(model: Path, optimization: str, timeout: float) -> dict:
+    """The keep-everything floor of this tree (bench/memory/floor.py) for one graph."""
+    return run_json([sys.executable, "-m", "bench.memory.floor", str(model), "--json",
+                     "--optimization", optimization], cwd=REPO, env={}, timeout=timeout)
 
 
 def step_peak(mode: str, name: str, model: Path, inputs: Path, runs: int, timeout: float
@@ -120,8 +133,10 @@ class Planned:
     """Plan and min-budget figures of one tree, reused from a cache when the model and the
     time limits are the same."""
 
-    def __init__(self, tree: Path, cache: dict, args: argparse.Namespace):
+    def __init__(self, tree: Path, cache: dict, args: argparse.Namespace,
+                 optimization: str = "disable"):
         self.tree, self.cache, self.args = tree, cache, args
+        self.optimization = optimization  # other than "disable": plans only, no min-budget
 
     def figures(self, name: str, model: Path, digest: str) -> dict:
         old = self.cache.get(name, {})
@@ -130,10 +145,11 @@ class Planned:
         plan = entry.get("plan", {})
         if fresh or "error" in plan or plan.get("time_limit_s") != self.args.time_limit:
             entry["plan"] = plan_figures(self.tree, "plan", model, self.args.time_limit,
-                                         self.args.plan_timeout)
+                                         self.args.plan_timeout, self.optimization)
         budget = entry.get("min_budget", {})
         wanted = self.args.min_budget_time_limit
-        if not self.args.skip_min_budget and (fresh or budget.get("time_limit_s") != wanted):
+        skip = self.args.skip_min_budget or self.optimization != "disable"
+        if not skip and (fresh or budget.get("time_limit_s") != wanted):
             entry["min_budget"] = {"time_limit_s": wanted, **plan_figures(
                 self.tree, "min-budget", model, wanted, 4 * wanted + 600)}
         self.cache[name] = entry
@@ -141,11 +157,14 @@ class Planned:
 
 
 def measure(name: str, args: argparse.Namespace, before: Planned, now: Planned,
-            previous: dict) -> dict:
+            extended: Planned, previous: dict) -> dict:
     model, inputs = model_files(name, args.export_timeout)
     digest = sha256(model)
     row: dict = {"model": name, "sha256": digest, "before": before.figures(name, model, digest),
-                 "now": now.figures(name, model, digest)}
+                 "now": now.figures(name, model, digest),
+                 "extended": extended.figures(name, model, digest),
+                 "floor": {level: floor_figures(model, level, args.plan_timeout)
+                           for level in ("disable", "extended")}}
     for mode in ("torch", "ort"):
         old = previous.get(mode)
         reuse = (old and "error" not in old and previous.get("sha256") == digest
@@ -175,11 +194,12 @@ def main() -> int:
     cached = json.loads(before_path.read_text()) if before_path.exists() else {}
     before = Planned(before_tree(args.before_tree), cached.get("models", {}), args)
     now = Planned(REPO, {}, args)
+    extended = Planned(REPO, {}, args, "extended")
     old = json.loads(results_path.read_text()) if results_path.exists() else {}
     rows = {r["model"]: r for r in old.get("rows", [])}
     for name in args.models:
         previous = rows.get(name, {})
-        rows[name] = measure(name, args, before, now, previous)
+        rows[name] = measure(name, args, before, now, extended, previous)
         before_path.write_text(json.dumps({"commit": BEFORE_COMMIT, "models": before.cache},
                                           indent=1))
         print(summary(rows[name]), flush=True)
@@ -287,10 +307,40 @@ def table(rows: list[dict], machine: str) -> str:
             f"{_both(b, n, 'min_budget', 'achieved')} | "
             f"{_both(b, n, 'min_budget', 'seconds', _secs)} | "
             f"{pair(fits_half(b), fits_half(n))} |")
+    lines += why_table(rows)
     errors = failures(rows)
     if errors:
         lines += ["", "Failed or timed out: " + "; ".join(errors) + "."]
     return "\n".join(lines) + "\n"
+
+
+def why_table(rows: list[dict]) -> list[str]:
+    """The floor of the model as sent and of the graph `arenaplan plan` plans by default."""
+    lines = [
+        "",
+        "Why, now: the keep-everything floor (bench/memory/floor.py: the live bytes no order "
+        "avoids without recomputing values; the arena may sit above it by fragmentation and "
+        "by the order) of the model as sent, and the keep-everything arena and floor of the "
+        "graph `arenaplan plan` plans by default (ONNX Runtime's extended rewrite, which its "
+        "default session runs too: transposes folded into fused matrix products). A floor above "
+        f"{TARGETS['torch']}x torch means that target needs recomputation (or a graph that "
+        "keeps fewer values).",
+        "",
+        "| model | arena now | floor | floor / torch | arena, extended graph | floor, extended "
+        "| extended / torch | extended / ORT |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        f = figures(row)
+        floors = row.get("floor", {})
+        plain, ext = floors.get("disable", {}).get("floor"), floors.get("extended", {}).get("floor")
+        ext_arena = row.get("extended", {}).get("plan", {}).get("arena_bytes")
+        lines.append(
+            f"| {row['model']} | {cell(f['now'])} | {cell(plain)} | "
+            f"{flag(ratio(plain, f['torch']), TARGETS['torch'])} | {cell(ext_arena)} | "
+            f"{cell(ext)} | {flag(ratio(ext_arena, f['torch']), TARGETS['torch'])} | "
+            f"{flag(ratio(ext_arena, f['ort']), TARGETS['ort'])} |")
+    return lines
 
 
 def failures(rows: list[dict]) -> list[str]:
@@ -300,6 +350,8 @@ def failures(rows: list[dict]) -> list[str]:
                  "before min-budget": row["before"].get("min_budget", {}),
                  "now plan": row["now"].get("plan", {}),
                  "now min-budget": row["now"].get("min_budget", {}),
+                 "extended plan": row.get("extended", {}).get("plan", {}),
+                 **{f"{level} floor": part for level, part in row.get("floor", {}).items()},
                  "torch": row["torch"], "ORT": row["ort"]}
         found += [f"{row['model']} {what}: {part['error']}" for what, part in parts.items()
                   if "error" in part]
