@@ -28,8 +28,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from planner.memory.sharing import IN_PLACE_OPS, VIEW_OPS
+from planner.pipeline import plan_model
 from runtime.devices import RuntimeDevice, cuda_device_error, parse_device
+from runtime.errors import PlanCheckError
+from runtime.executor import PlanExecutor
 from runtime.kernels import KernelOptions, session_options
+from schemas.plan import PlanRequest
 
 OPSET = 17
 SHAPE = (48, 131)  # not a multiple of any vector width: the kernels' tails run too
@@ -378,3 +382,34 @@ def test_a_segment_shares_one_address_between_producer_view_and_in_place_consume
 def reference_all(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     session = _session(model, parse_device("cpu"))
     return session.run(None, feeds)
+
+
+# ------------------------------------------------------------- the runtime's check of a scatter
+
+def test_the_runtime_refuses_a_scatter_written_over_its_updates(tmp_path):
+    """A scatter reads its updates while it writes: the plan check accepts its output only over
+    its data input (input 0), even where the updates have the same size."""
+    n = 256
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["u"]),
+         helper.make_node("ScatterElements", ["a", "idx", "u"], ["s"], axis=0),
+         helper.make_node("ReduceSum", ["s"], ["loss"], keepdims=0)], "scatter",
+        [helper.make_tensor_value_info("x", f, [n]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, [n])],
+        [helper.make_tensor_value_info("loss", f, [])])
+    path = tmp_path / "scatter.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                       ir_version=8).SerializeToString())
+    plan = plan_model(path, PlanRequest(budgets={"cpu": 1 << 20}, time_limit_s=1))
+    by_tensor = {b.tensor: b for b in plan.buffers}
+    assert by_tensor["s"].shares == "in_place" and by_tensor["s"].storage == by_tensor["a"].id
+    PlanExecutor(path, plan)  # as planned: over its data input
+    moved = by_tensor["s"].model_copy(update={"storage": by_tensor["u"].id,
+                                              "offset": by_tensor["u"].offset})
+    wrong = plan.model_copy(update={"buffers": [moved if b.id == moved.id else b
+                                                for b in plan.buffers]})
+    with pytest.raises(PlanCheckError) as refused:
+        PlanExecutor(path, wrong)
+    assert any("reads its updates from the same storage" in p for p in refused.value.problems), \
+        refused.value.problems
