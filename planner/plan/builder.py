@@ -53,13 +53,15 @@ def build_plan(
 ) -> BuiltPlan:
     walk = replay(graph, schedule)
     name = {m: _buffer_id(graph, m) for m in walk.materializations}
-    owners = walk.owners
+    owners: dict[str, list[Materialization]] = {}
+    for m in walk.owners:
+        owners.setdefault(m.device, []).append(m)
 
     layouts: dict[str, Layout] = {}
     reports = list(solvers)  # the caller's phases, then one layout report per device
     devices = []
     for device, budget in request.budgets.items():
-        mine = [m for m in owners if m.device == device]
+        mine = owners.get(device, [])
         layout = plan_layout(
             [_layout_buffer(graph, walk, m, name[m]) for m in mine],
             alignment=request.alignment,
