@@ -48,6 +48,18 @@ _WINDOW_SHARE = 0.3
 # spent bisecting the arena by the hot window (_approach), and its most steps
 _APPROACH_SHARE = 0.6
 _APPROACH_STEPS = 6
+# minimizing: the share of window.py's canonical moves the windows get at the goal, and in the
+# approach (where they get no CP-SAT), and
+# the seconds a component with a hot window gets after the heuristics (real traces: the
+# rematerialization traces measured found their best layouts within 1.5 s, on keep-everything
+# traces the windows reach the bound within 1 s)
+_QUICK_EFFORT = 0.5
+_GOAL_EFFORT = 0.2
+_WINDOWED_SECONDS = 1.6
+# ... of which the windows at the goal and the canonical search over the whole component get
+# at most these shares (the rest is the approach's)
+_QUICK_GOAL_WINDOWS = 0.3
+_QUICK_GOAL_WHOLE = 0.15
 # the canonical search's moves per direction of time before CP-SAT: a base plus some per buffer
 # (10-20 us a move here: 0.1 s plus 1-2 ms per buffer in all; the real traces it solves took up
 # to 57 moves per buffer, the tight synthetic instances it solves under 2,000 moves, and CP-SAT
@@ -70,6 +82,8 @@ class _Search:
     timed_out: bool = False
     # components brought under their goal, by the method that did it (the one reported)
     solved_by: Counter[str] = field(default_factory=Counter)
+    # components with a hot window (by their first buffer): real traces, laid out by windows
+    windowed: set[int] = field(default_factory=set)
 
     def remaining(self) -> float:
         return self.deadline - time.perf_counter()
@@ -98,31 +112,48 @@ def _share(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> floa
     return search.remaining() * len(comp) / max(1, sum(len(c) for c in pending))
 
 
-def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float) -> str:
+def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
+            quick: bool = False) -> str:
     """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN". The hot
     window first (window.py: real traces, whose peak is short; its proofs are a window's), then
-    the canonical search over the whole component (never a proof), then CP-SAT with the rest."""
+    the canonical search over the whole component (never a proof), then CP-SAT with the rest.
+
+    ``quick`` (minimizing): the windows and the canonical search get part of its moves (on the
+    real traces measured every window solved took at most 6 moves per buffer), and a
+    component with a hot window (noted in ``search.windowed``) skips CP-SAT: on traces of
+    thousands of buffers its decision never came back in the seconds it was given."""
     started = time.perf_counter()
     if not len(search.instance.obstacle_idx):
+        window_seconds = seconds * _WINDOW_SHARE
+        if quick:
+            window_seconds = min(window_seconds, _QUICK_GOAL_WINDOWS * _WINDOWED_SECONDS)
         windowed = window_layout(search.instance, comp, capacity=goal,
-                                 deadline=started + seconds * _WINDOW_SHARE,
-                                 options=search.options(seconds))
+                                 deadline=started + window_seconds,
+                                 options=search.options(seconds),
+                                 effort=_GOAL_EFFORT if quick else 1.0)
         if windowed.status == "FIT":
             search.accept(windowed.offsets)
             search.solved_by["hot_window"] += 1
             return "FIT"
         if windowed.status == "INFEASIBLE":
             return "INFEASIBLE"
+        if quick and windowed.windows:
+            search.windowed.add(int(comp[0]))
         seconds -= time.perf_counter() - started
         started = time.perf_counter()
-        found = canonical_portfolio(
-            search.instance, comp, capacity=goal,
-            node_budget=_CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(comp),
-            deadline=started + seconds * _CANONICAL_SHARE)
+        canonical_seconds = seconds * _CANONICAL_SHARE
+        nodes = _CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(comp)
+        if int(comp[0]) in search.windowed:
+            canonical_seconds = min(canonical_seconds, _QUICK_GOAL_WHOLE * _WINDOWED_SECONDS)
+            nodes = int(nodes * _GOAL_EFFORT)
+        found = canonical_portfolio(search.instance, comp, capacity=goal, node_budget=nodes,
+                                    deadline=started + canonical_seconds)
         if found is not None:
             search.accept(found)
             search.solved_by["canonical"] += 1
             return "FIT"
+        if int(comp[0]) in search.windowed:
+            return "UNKNOWN"
         seconds -= time.perf_counter() - started
     result = decide_component(search.instance, comp, upper=goal, options=search.options(seconds))
     if result.arena is not None:
@@ -151,7 +182,8 @@ def _approach(search: _Search, comp: np.ndarray, goal: int, seconds: float) -> i
         mid = hi - (hi - lo) // 3  # nearer the layout at hand: likelier, and cheaper, to fit
         windowed = window_layout(search.instance, comp, capacity=mid,
                                  deadline=time.perf_counter() + left / 2,
-                                 options=search.options(left / 2))
+                                 options=search.options(left / 2), effort=_QUICK_EFFORT,
+                                 cpsat=False)
         if windowed.status == "FIT":
             search.accept(windowed.offsets)
             search.solved_by["hot_window"] += 1
@@ -171,8 +203,11 @@ def _minimize(search: _Search) -> None:
 
     Per component, hardest first: decide at the goal (the proven bound, or the arena another
     component already needs); if that is not shown, approach it by the hot window
-    (`_approach`), then minimize from the current layout. The goal
-    only rises: a component below the arena of another one needs no further work.
+    (`_approach`), then minimize from the current layout. A component with a hot window stops
+    there, at most `_WINDOWED_SECONDS` after its decision began: on real traces CP-SAT's
+    minimization never improved the layout (rematerialization traces spent 6 s of a plan's
+    layout for nothing). The goal only rises: a component below the arena of another one
+    needs no further work.
     """
     achieved = search.bound
     comps = _components_by_difficulty(search, search.bound)
@@ -185,18 +220,25 @@ def _minimize(search: _Search) -> None:
             search.timed_out = True
             achieved = max(achieved, current)
             continue
-        outcome = _decide(search, comp, goal, _share(search, comp, comps[k:]) * _DECISION_SHARE)
+        started = time.perf_counter()
+        outcome = _decide(search, comp, goal, _share(search, comp, comps[k:]) * _DECISION_SHARE,
+                          quick=True)
         if outcome == "FIT":
             continue
         floor = goal
+        windowed = int(comp[0]) in search.windowed
         if outcome == "INFEASIBLE":
             floor = goal + 1
             search.bound = max(search.bound, floor)
         elif not len(search.instance.obstacle_idx):
-            floor = _approach(search, comp, goal,
-                              _share(search, comp, comps[k:]) * _APPROACH_SHARE)
+            seconds = _share(search, comp, comps[k:]) * _APPROACH_SHARE
+            if windowed:
+                seconds = min(seconds, started + _WINDOWED_SECONDS - time.perf_counter())
+            floor = _approach(search, comp, goal, seconds)
             current = search.component_arena(comp)
-        if floor < current and search.remaining() > 0:
+        if windowed:
+            search.timed_out = search.timed_out or search.remaining() <= 0
+        elif floor < current and search.remaining() > 0:
             hint = {i: int(search.offsets[i]) for i in comp.tolist()}
             second = minimize_component(search.instance, comp, floor=floor, upper=current,
                                         hint=hint,

@@ -82,16 +82,19 @@ def _clipped(instance: LayoutInstance, members: np.ndarray, start: int,
 
 def _window_layout(
     instance: LayoutInstance, inside: np.ndarray, capacity: int, deadline: float,
-    options: ExactOptions,
+    attempt_end: float, options: ExactOptions, effort: float, cpsat: bool,
 ) -> tuple[str, dict[int, int]]:
-    """The window's offsets under ``capacity``: canonical search, then CP-SAT."""
-    found = canonical_portfolio(instance, inside, capacity=capacity,
-                                node_budget=_BASE_NODES + _NODES_PER_BUFFER * len(inside),
+    """The window's offsets under ``capacity``: canonical search (``effort`` of its moves,
+    bounded so that whether it finds one does not depend on the time left, only cut at
+    ``deadline``), then, if ``cpsat``, CP-SAT with a share of the attempt's time (until
+    ``attempt_end``)."""
+    nodes = int(effort * (_BASE_NODES + _NODES_PER_BUFFER * len(inside)))
+    found = canonical_portfolio(instance, inside, capacity=capacity, node_budget=nodes,
                                 deadline=deadline)
     if found is not None:
         return "FIT", found
-    seconds = (deadline - time.perf_counter()) * _WINDOW_CPSAT_SHARE
-    if seconds <= 0:
+    seconds = (attempt_end - time.perf_counter()) * _WINDOW_CPSAT_SHARE
+    if seconds <= 0 or not cpsat:
         return "UNKNOWN", {}
     result = decide_component(instance, inside, upper=capacity,
                               options=replace(options, time_limit=seconds))
@@ -100,10 +103,12 @@ def _window_layout(
 
 def _complete(
     instance: LayoutInstance, members: np.ndarray, window: dict[int, int], capacity: int,
-    deadline: float, options: ExactOptions,
+    deadline: float, options: ExactOptions, heuristics_by: float,
 ) -> dict[int, int] | None:
     """Every member under ``capacity`` with the window's buffers fixed where ``window`` puts
-    them, or None: heuristics around them, then CP-SAT for each group still over."""
+    them, or None: heuristics around them (every one unless ``heuristics_by`` has passed: on
+    the rematerialization traces measured, the one that fits the sides was never the first),
+    then CP-SAT for each group still over, until ``deadline``."""
     sub = select(instance, members)
     fixed = sub.fixed.copy()
     fixed_off = sub.fixed_off.copy()
@@ -111,7 +116,7 @@ def _complete(
         if i in window:
             fixed[k], fixed_off[k] = True, window[i]
     sub = replace(sub, fixed=fixed, fixed_off=fixed_off)
-    placed = run_heuristics(sub, deadline=deadline)
+    placed = run_heuristics(sub, deadline=heuristics_by)
     offsets = fixed_off.copy()
     for group in time_components(sub.lower, sub.upper, sub.free_idx):
         fits = [r.offsets for r in placed
@@ -133,12 +138,14 @@ def _complete(
 
 def window_layout(
     instance: LayoutInstance, members: np.ndarray, *, capacity: int, deadline: float,
-    options: ExactOptions,
+    options: ExactOptions, effort: float = 1.0, cpsat: bool = True,
 ) -> WindowOutcome:
     """Offsets (units) for the free buffers ``members`` (one time component, no pre-placed
     buffers among or around them) with every end at most ``capacity``, by hot windows (module
     docstring), before ``deadline`` (``time.perf_counter()``); windows holding most of the
-    component are skipped, so on instances tight everywhere this returns "UNKNOWN" at once."""
+    component are skipped, so on instances tight everywhere this returns "UNKNOWN" at once.
+    ``effort``: the share of the canonical search's moves per window; ``cpsat``: whether a
+    window the canonical search misses goes to CP-SAT (the only proofs)."""
     tried = 0
     seen: set[tuple[int, int]] = set()
     for share in WINDOW_SHARES:
@@ -155,12 +162,14 @@ def window_layout(
         tried += 1
         # each window gets an equal part of the time left to the windows still to try
         attempt_end = time.perf_counter() + left / (len(WINDOW_SHARES) - len(seen) + 1)
-        status, window = _window_layout(clipped, inside, capacity, attempt_end, options)
+        status, window = _window_layout(clipped, inside, capacity, deadline, attempt_end,
+                                        options, effort, cpsat)
         if status == "INFEASIBLE":
             return WindowOutcome("INFEASIBLE", {}, tried)
         if status != "FIT":
             continue
-        offsets = _complete(instance, members, window, capacity, attempt_end, options)
+        offsets = _complete(instance, members, window, capacity, attempt_end, options,
+                            heuristics_by=deadline)
         if offsets is not None:
             return WindowOutcome("FIT", offsets, tried)
     return WindowOutcome("UNKNOWN", {}, tried)

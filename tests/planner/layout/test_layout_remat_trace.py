@@ -66,3 +66,14 @@ def test_plan_layout_approaches_the_bound_by_the_hot_window() -> None:
     assert check_layout(buffers, layout, alignment=64) == []
     assert layout.method == "hot_window"
     assert layout.gap < 0.005
+
+
+def test_plan_layout_of_a_remat_trace_stops_by_itself() -> None:
+    """A component with a hot window gets the windows and the approach, not CP-SAT's
+    minimization, which never improved a real trace and took whatever time was left (6 s of
+    a plan's layout): the layout comes back before its time limit, not cut by it."""
+    buffers = read_buffers_csv(TRACE)
+    layout = plan_layout(buffers, alignment=64, time_limit=60.0)
+    assert check_layout(buffers, layout, alignment=64) == []
+    assert layout.status == "FEASIBLE" and not layout.timed_out
+    assert layout.gap < 0.005
