@@ -72,7 +72,6 @@ class _Simulation:
                  costs: CostTable, recomputable: Collection[int], alignment: int,
                  slowest: float, deadline: float, rule: str):
         self.g, self.order, self.device, self.budget = graph, order, device, budget
-        self.rule = rule
         self.slowest, self.deadline, self.seconds = slowest, deadline, 0.0
         self.max_events = MAX_RUNS_PER_OP * len(order)
         sharing = state_updates(graph)
@@ -97,7 +96,7 @@ class _Simulation:
         # included (DTR's evicted neighbourhood, one level deep); the roots whose figure
         # changes when it leaves or comes back (outputs of the ops reading it or its views).
         self.remake_cost = self.cost.copy()
-        self.made = np.zeros(n, dtype=bool)
+        self.made = [False] * n
         self.remake_inputs: list[list[int]] = [[] for _ in range(n)]
         self.dependents: list[list[int]] = [[] for _ in range(n)]
         for op in graph.ops:
@@ -118,6 +117,7 @@ class _Simulation:
              for t in graph.tensors], dtype=bool)
         # Resident views of each root that could not be made again: the root stays meanwhile.
         self.fixed_views = np.zeros(n, dtype=np.int64)
+        self.priced = rule == NEIGHBOURHOOD  # remake_cost kept up to date
         self.cap = _recompute_caps(graph, order, position, self.recomputable, sharing)
         for root, views in self.views.items():
             self.storage_next[root] = min(self.next_read[[root, *views]])
@@ -224,7 +224,8 @@ class _Simulation:
         self.memory += int(self.size[tensor])
         if self._fixed_view(tensor):
             self.fixed_views[self.root[tensor]] += 1
-        self._reprice(tensor)
+        if self.priced:
+            self._reprice(tensor)
 
     def _drop(self, tensor: int) -> None:
         self.resident.discard(tensor)
@@ -232,7 +233,8 @@ class _Simulation:
         self.memory -= int(self.size[tensor])
         if self._fixed_view(tensor):
             self.fixed_views[self.root[tensor]] -= 1
-        self._reprice(tensor)
+        if self.priced:
+            self._reprice(tensor)
 
     def _reprice(self, tensor: int) -> None:
         """`tensor` came or went: what recomputing each value made from it now costs."""
@@ -242,8 +244,7 @@ class _Simulation:
 
     def _gone(self, root: int) -> bool:
         """Made before and no longer resident: a recomputation reading it makes it again."""
-        return bool(self.made[root]) and not self.resident_mask[root] \
-            and root not in self.persistent
+        return self.made[root] and root not in self.resident and root not in self.persistent
 
     def _fixed_view(self, tensor: int) -> bool:
         return self.root[tensor] != tensor and \
@@ -261,7 +262,7 @@ class _Simulation:
         candidates = np.flatnonzero(allowed)
         if len(candidates):
             distance = np.maximum(self.storage_next[candidates] - self.now, 1).astype(np.float64)
-            price = self.remake_cost if self.rule == NEIGHBOURHOOD else self.cost
+            price = self.remake_cost if self.priced else self.cost
             score = price[candidates] / (self.size[candidates] * distance)
             for t in candidates[_cheapest_first(score, self.size[candidates], excess)]:
                 if excess <= 0:
