@@ -2,8 +2,9 @@
 
 `optimize_order` first runs the quick orders (planner.order.heuristics: the file order, which
 ONNX Runtime runs, and three list schedulers), each well under a second up to thousands of ops,
-in that order until `time_limit` (the file order always), and measures them with the one shared
-memory model (planner.memory.liveness). It stops there
+in that order until `time_limit` (the file order always), then the best of them with its
+shrinking groups moved to emptier steps (planner.order.shrink_early), and measures them with
+the one shared memory model (planner.memory.liveness). It stops there
 when exact ordering cannot pay: the best quick order meets the op-footprint lower bound, or its
 peak is within `enough_bytes` (the caller's budget: keeping everything then already fits, and a
 lower peak buys nothing). Otherwise, within `time_limit`:
@@ -42,6 +43,7 @@ from planner.order.olla_ilp import (
     solve_lifetimes,
 )
 from planner.order.refine import refine_order, view_read_edges
+from planner.order.shrink_early import shrink_early
 from schemas.plan import SolverReport, SolverStatus
 
 # How ordering splits its own limit once the quick orders are measured (the pipeline's shares
@@ -62,7 +64,7 @@ class OrderResult:
     peak_bytes: int
     file_order_peak_bytes: int
     lower_bound_bytes: int
-    method: str  # a QUICK_ORDERS name | "olla" | "olla_windows"
+    method: str  # a QUICK_ORDERS name | "shrink_early" | "olla" | "olla_windows"
     status: SolverStatus  # OPTIMAL | FEASIBLE (see module docstring)
     gap: float  # (peak - lower bound) / lower bound
     seconds: float
@@ -149,11 +151,21 @@ class _Search:
         started = time.perf_counter()
         orders: dict[str, list[int]] = {}
         peaks: dict[str, int] = {}
+        best: tuple[int, tuple[int, ...]] | None = None  # the lowest peak and its live curve
         for name, make in QUICK_ORDERS.items():
             if orders and time.perf_counter() > deadline:
                 break
             orders[name] = make(graph)
-            peaks[name] = lifetimes(graph, orders[name]).peak
+            live = lifetimes(graph, orders[name])
+            peaks[name] = live.peak
+            if best is None or live.peak < best[0]:
+                best = (live.peak, live.live_bytes)
+        base = min(peaks, key=peaks.__getitem__)
+        moved = (shrink_early(graph, orders[base], best[1])
+                 if best is not None and time.perf_counter() <= deadline else None)
+        if moved is not None:
+            orders["shrink_early"] = moved
+            peaks["shrink_early"] = lifetimes(graph, moved).peak
         lower = order_lower_bound(graph)
         return cls(graph, orders, peaks, lower, time.perf_counter() - started)
 

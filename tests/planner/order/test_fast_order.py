@@ -16,6 +16,7 @@ from planner.order.heuristics import QUICK_ORDERS, file_order
 from planner.order.just_in_time import just_in_time
 from planner.order.refine import refine_order
 from planner.order.running_bytes import RunningBytes
+from planner.order.shrink_early import shrink_early
 from planner.pipeline import plan_model
 from schemas.plan import PlanRequest
 from tests.support.fixture_zoo import model_path
@@ -149,3 +150,38 @@ def test_a_budget_that_fits_gets_its_plan_without_the_ordering_share():
     assert time.perf_counter() - started < 5
     order = next(s for s in plan.solvers if s.phase == "order")
     assert order.seconds < 2 and any("exact ordering skipped" in n for n in order.notes)
+
+
+def late_shrinking_group(n: int = 256):
+    """a = Relu(x) is saved (read at the end); three more values of a's size are live at the
+    end of the file, where the exporter put Concat(a, a) (twice a's bytes) whose one reader
+    reduces it to a scalar."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Exp", ["a"], ["e1"]),
+             helper.make_node("Sigmoid", ["a"], ["e2"]),
+             helper.make_node("Tanh", ["a"], ["e3"]),
+             helper.make_node("Concat", ["a", "a"], ["big"], axis=0),
+             helper.make_node("ReduceSum", ["big"], ["s"], keepdims=0),
+             helper.make_node("Sum", ["e1", "e2", "e3", "a"], ["y"]),
+             helper.make_node("Mul", ["y", "s"], ["out"])]
+    return make_model(nodes, [value("x", [n])], [value("out", [n])])
+
+
+def test_shrink_early_runs_a_large_temporary_where_few_bytes_are_live():
+    graph = load_graph(late_shrinking_group())
+    order = file_order(graph)
+    moved = shrink_early(graph, order, lifetimes(graph, order).live_bytes)
+    assert moved is not None
+    check_order(graph, moved)
+    assert moved.index(4) == 1 and moved.index(5) == 2  # Concat and ReduceSum right after Relu
+    assert lifetimes(graph, moved).peak < lifetimes(graph, order).peak
+
+
+def test_the_max_pool_index_idiom_runs_before_the_saved_activations_pile_up():
+    """cnn_bn_momentum's extended graph (what `arenaplan plan` plans by default): ONNX Runtime's
+    rewrite puts the max-pool backward's MaxPool with indices (the input's size twice, int64
+    indices) at the end of the forward pass."""
+    graph = load_graph(model_path("cnn_bn_momentum"), optimization="extended")
+    result = optimize_order(graph, use_solver=False)
+    others = min(peak for name, peak in result.candidates.items() if name != "shrink_early")
+    assert result.method == "shrink_early" and result.peak_bytes < 0.9 * others
