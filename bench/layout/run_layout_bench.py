@@ -12,7 +12,11 @@ Writes bench/layout/results.json and bench/layout/results.md. Instances:
   found in bench/models/traces/;
 - tight synthetic instances (100% packed by construction: the optimum equals the capacity and
   the live-bytes lower bound), 150 to 450 buffers, several seeds;
-- training-step-like synthetic traces up to 5,000 buffers (with and without a persistent zone).
+- training-step-like synthetic traces up to 5,000 buffers (with and without a persistent zone);
+- rematerialization traces (bench/layout/remat_traces/: the storages of remat schedules that
+  `plan_remat` chose for GPT-2-small at +50% and MobileNetV2 at +30% and +40% of their
+  activations, alignment 64 as in plans), laid out with the time limit a plan's remat layout
+  gets (planner.time_budget: 6 s in a 60 s request).
 Then (unless --no-plans) `plan_graph` keep-everything on every bench-scale model of
 bench/models/ (what the memory bench exports): the seconds its layout phase took.
 """
@@ -40,10 +44,16 @@ from planner.layout import (
     heuristic_layout,
     lower_bound,
     plan_layout,
+    read_buffers_csv,
 )
 from planner.plan.live import storage_ranges
 
 HERE = Path(__file__).resolve().parent
+REMAT_TRACES = HERE / "remat_traces"
+# the layout of a remat schedule in a 60 s request (planner.time_budget.remat_layout) and the
+# issue's target for the layout of a bench-scale model's plan
+REMAT_TIME_LIMIT = 6.0
+PLAN_LAYOUT_TARGET_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ class BenchInstance:
     buffers: list[Buffer]
     capacity: int | None = None  # known optimum (tight instances), else None
     alignment: int = DEFAULT_ALIGNMENT
+    time_limit: float | None = None  # its own limit (remat traces), else the bench's
 
 
 def bench_instances_from_buffers(
@@ -69,6 +80,13 @@ def trace_instances() -> list[BenchInstance]:
     return [bench_instances_from_buffers(f"trace-{name}", buffers, kind="trace",
                                          alignment=CSV_DEFAULT_ALIGNMENT)
             for name, buffers in available_traces()]
+
+
+def remat_instances() -> list[BenchInstance]:
+    """The rematerialization traces, laid out as a plan's remat layout is."""
+    return [BenchInstance(f"remat-{path.stem}", "remat", read_buffers_csv(path),
+                          time_limit=REMAT_TIME_LIMIT)
+            for path in sorted(REMAT_TRACES.glob("*.csv"))]
 
 
 def fixture_instances(order_time_limit: float = 5.0) -> list[BenchInstance]:
@@ -126,8 +144,8 @@ def run_instance(inst: BenchInstance, *, time_limit: float, workers: int, seed: 
     heur = heuristic_layout(inst.buffers, alignment=align)
     heur_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plan = plan_layout(inst.buffers, alignment=align, time_limit=time_limit, workers=workers,
-                       seed=seed)
+    plan = plan_layout(inst.buffers, alignment=align, time_limit=inst.time_limit or time_limit,
+                       workers=workers, seed=seed)
     plan_s = time.perf_counter() - t0
     valid = not any(check_layout(inst.buffers, layout, align) for layout in (greedy, heur, plan))
     return {
@@ -251,6 +269,16 @@ def summary(rows: Sequence[dict]) -> str:
         out.append(f"- {what}: {len(met)} of {len(group)} at the bound within {seconds:g} s; "
                    f"{sum(r['at_bound'] for r in group)} at the bound at all, "
                    f"{sum(r['bound_proven_unreachable'] for r in group)} proven unreachable.")
+    remat = [r for r in rows if r["kind"] == "remat"]
+    if remat:
+        fast = [r for r in remat if r["plan_seconds"] <= PLAN_LAYOUT_TARGET_S]
+        gaps = ", ".join(f"{r['plan_ratio'] - 1:.2%}" for r in remat)
+        out.append(f"- rematerialization traces ({REMAT_TIME_LIMIT:g} s limit, a plan's remat "
+                   f"layout): {len(fast)} of {len(remat)} laid out within "
+                   f"{PLAN_LAYOUT_TARGET_S:g} s (max {max(r['plan_seconds'] for r in remat):.2f}"
+                   f" s); {sum(r['at_bound'] for r in remat)} at the bound, "
+                   f"{sum(r['bound_proven_unreachable'] for r in remat)} proven unreachable; "
+                   f"above the live bytes: {gaps}.")
     tight = [r for r in rows if r["kind"] == "tight"]
     if tight:
         mean = sum(r["plan_seconds"] for r in tight) / len(tight)
@@ -287,7 +315,10 @@ def write_results(rows: Sequence[dict], plans: Sequence[dict], settings: dict,
         "plans (alignment 64). "
         "Traces: real keep-everything plans of bench-scale training steps "
         "(`python -m bench.layout.traces`, alignment 1). Tight instances are packed to 100% by "
-        "construction (optimum = lower bound).\n\n"
+        "construction (optimum = lower bound). Remat traces: the storages of rematerialization "
+        f"schedules (alignment 64), with the time limit of a plan's remat layout "
+        f"({REMAT_TIME_LIMIT:g} s); the target is at most {PLAN_LAYOUT_TARGET_S:g} s of layout."
+        "\n\n"
     )
     text = header + summary(rows) + "\n" + markdown_table(rows)
     if plans:
@@ -317,7 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         instances = synthetic_instances((150,), (1,)) + training_instances((500,), (1,))
     else:
         seeds = tuple(range(1, args.tight_seeds + 1))
-        instances = trace_instances() + synthetic_instances(seeds=seeds) + training_instances()
+        instances = (trace_instances() + synthetic_instances(seeds=seeds) + training_instances()
+                     + remat_instances())
     if not args.no_fixtures:
         instances = fixture_instances() + instances
     rows = run_bench(instances, time_limit=args.time_limit, workers=args.workers, seed=args.seed)
