@@ -433,9 +433,18 @@ def _reads_and_costs(grouping: _Grouping, index: int, rec: _NodeRecord, values: 
     """What node `index` reads from other nodes and sources, the last stage it may be
     recomputed in (not after a state it reads is updated), and its time units per device."""
     graph = grouping.graph
-    reads = {values.of_tensor[t] for op in rec.ops for t in graph.ops[op].input_ids
-             if (producer := graph.tensors[t].producer) is None
-             or grouping.node_of[producer] != index}
+    sharing = state_updates(graph)
+    outputs = set(graph.outputs)
+    reads = set()
+    for op in rec.ops:
+        for t in graph.ops[op].input_ids:
+            if t in grouping.views_of_any and t not in outputs:
+                # A free view's reader reads its root's bytes: the root must be resident then
+                # (planner.remat.emit runs the view again after the root is recomputed).
+                t = sharing.view_root(t)
+            producer = graph.tensors[t].producer
+            if producer is None or grouping.node_of[producer] != index:
+                reads.add(values.of_tensor[t])
     rec.reads = tuple(sorted(reads))
     updates = [values.records[v].update_stage for v in rec.reads]
     rec.cap = min([len(grouping.groups) - 1, *(s for s in updates if s is not None)])
