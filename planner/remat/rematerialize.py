@@ -43,6 +43,8 @@ ALTERNATIVES = 8
 # affords (segments of 15 ops) gave nothing but a bound, while their solves took most of the time
 # the heuristics and the fill pass use better (bench/remat).
 LARGE_GRAPH_OPS = 1500
+# CP-SAT's least time on the model (its own presolve needs some; below, the hint is all it says).
+SOLVER_FLOOR_S = 0.2
 # Devices a model places ops on (planner.remat.configure builds copy literals per pair).
 MODEL_DEVICES = 4
 # How many of the fastest candidates the fill pass improves (the eviction schedules of several
@@ -160,16 +162,19 @@ def plan_remat(
         if small2 is not None:
             smallest = small2 if smallest is None else min(smallest, small2)
     candidates = sorted(candidates + evicted, key=lambda c: c.seconds)
-    if use_solver and single:
-        # Checkmate's LP rounding on the model's problem: another candidate, and a hint.
-        lp_left = started + shares.lp_rounding * time_limit - time.perf_counter()
-        lp = lp_rounding(problem, budget_bytes, costs, seed=seed, time_limit=max(0.5, lp_left))
+    lp_left = started + shares.lp_rounding * time_limit - time.perf_counter()
+    if use_solver and single and lp_left > 0:
+        # Checkmate's LP rounding on the model's problem: another candidate, and a hint. Only
+        # within its share: at half-second limits its model and LP took 0.6 s, more than the
+        # whole request was given (bench/remat/small.md).
+        lp = lp_rounding(problem, budget_bytes, costs, seed=seed, time_limit=lp_left)
         if lp.candidate is not None and lp.candidate.stats.fits(dict(budget_bytes)):
             candidates = sorted([*candidates, lp.candidate], key=lambda c: c.seconds)
     budget_units = {d: b // problem.memory_unit for d, b in budget_bytes.items()}
     solution = None
     if use_solver:
-        remaining = max(0.5, shares.solver_until * time_limit - (time.perf_counter() - started))
+        remaining = max(SOLVER_FLOOR_S,
+                        shares.solver_until * time_limit - (time.perf_counter() - started))
         solution = solve_problem(problem, budget_units, time_limit=remaining, workers=workers,
                                  seed=seed, memory=configured.memory,
                                  hint=_hint(problem, candidates, budget_units),
