@@ -82,7 +82,7 @@ class RematFit:
             close = RUNNER_UP_SLOWDOWN * result.best.seconds
             runner_up = self._runner_up_within(result, spread, (0.0, close))
             retry = (attempt < LAYOUT_RETRIES
-                     and self.clock.elapsed() < RETRY_BEFORE * self.clock.limit_s)
+                     and self.clock.elapsed() < RETRY_BEFORE * self.clock.usable())
             if runner_up is None and not retry:
                 runner_up = self._runner_up_within(result, spread, (close, math.inf))
             if runner_up is not None:
@@ -118,7 +118,7 @@ class RematFit:
         budgets = self.request.budgets
         tried = 0
         for alternative in result.alternatives:
-            if tried and self.clock.elapsed() >= self.clock.limit_s:
+            if tried and self.clock.elapsed() >= self.clock.usable():
                 return None
             lo, hi = seconds
             if not lo < alternative.seconds <= hi or any(
