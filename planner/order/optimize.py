@@ -51,6 +51,9 @@ from schemas.plan import SolverReport, SolverStatus
 # the rest for exact windows, which run only when at least WINDOW_FLOOR_S is left (less does not
 # even build and presolve one window's model).
 WHOLE_GRAPH_SHARE = 0.5
+# What choosing and building the whole-graph model costs per op (0.3-0.5 s on a 20,000-op chain,
+# with margin): a shorter share leaves CP-SAT nothing, and a 2 s request on that chain paid it.
+MODEL_BUILD_S_PER_OP = 25e-6
 WINDOW_FLOOR_S = 0.25
 
 # Why ordering stopped: only the quick orders were asked for; one met the lower bound; the best
@@ -111,8 +114,10 @@ def optimize_order(
                             "exact ordering skipped")
         return search.result("enough", started)
     deadline = started + time_limit
-    whole_graph = _time_model(graph, exact_variable_limit, levels_variable_limit)
-    if whole_graph is None:
+    whole_graph = None
+    if time_limit * WHOLE_GRAPH_SHARE < MODEL_BUILD_S_PER_OP * len(graph.ops):
+        search.notes.append("too little time to build the whole-graph OLLA model; windows only")
+    elif (whole_graph := _time_model(graph, exact_variable_limit, levels_variable_limit)) is None:
         search.notes.append("graph too large for the whole-graph OLLA model; windows only")
     else:
         search.solve_whole_graph(whole_graph, time_limit * WHOLE_GRAPH_SHARE,
