@@ -30,6 +30,8 @@ _TOP = np.iinfo(np.int64).max // 4
 _SHORT_QUANTILE = 0.99
 # below this many buffers to place, scanning them all is faster than the index
 _INDEX_FROM = 4_000
+# up to this many placed buffers in the way, the gap search runs in plain Python
+_FEW_HITS = 8
 
 
 def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -120,6 +122,45 @@ class _Placed:
         return off, end
 
 
+def _gap(h_off: np.ndarray, h_end: np.ndarray, bottom: int, s: int, a: int, best: bool) -> int:
+    """The offset for a buffer of size ``s`` and alignment ``a`` among the address ranges
+    ``[h_off, h_end)`` taken at its steps, from ``bottom`` up: the lowest gap that fits, or the
+    one that leaves the least room (``best``), else the top."""
+    by_off = np.argsort(h_off, kind="stable")
+    h_off = h_off[by_off]
+    reach = np.maximum.accumulate(h_end[by_off])
+    starts = np.empty(len(h_off) + 1, dtype=np.int64)
+    starts[0] = bottom
+    np.maximum(reach, bottom, out=starts[1:])
+    if a > 1:
+        starts = -(-starts // a) * a
+    limits = np.empty(len(h_off) + 1, dtype=np.int64)
+    limits[:-1] = h_off
+    limits[-1] = _TOP
+    room = limits - starts - s
+    if best:
+        room = np.where(room >= 0, room, _TOP)
+        return int(starts[int(np.argmin(room))])
+    return int(starts[int(np.argmax(room >= 0))])
+
+
+def _gap_few(h_off: list[int], h_end: list[int], bottom: int, s: int, a: int,
+             best: bool) -> int:
+    """`_gap` in plain Python, faster where a buffer meets only a few placed ones (most of
+    them, on long traces)."""
+    reach, chosen, least = bottom, -1, _TOP
+    for off, end in sorted(zip(h_off, h_end, strict=True), key=lambda pair: pair[0]):
+        start = -(-reach // a) * a
+        room = off - start - s
+        if room >= 0 and (not best or room < least):
+            chosen, least = start, room
+            if not best:
+                return chosen
+        reach = max(reach, end)
+    top = -(-reach // a) * a
+    return top if chosen < 0 else chosen
+
+
 def place_in_order(
     instance: LayoutInstance, order: Sequence[int] | np.ndarray, fit: str = "first",
     chain: Sequence[int] | np.ndarray = (),
@@ -152,26 +193,10 @@ def place_in_order(
     for i in order.tolist():
         lo, hi, s, a, bottom = lower[i], upper[i], size[i], step[i], floors[i]
         h_off, h_end = placed.hits(i, lo, hi)
-        if len(h_off) == 0:
-            off = -(-bottom // a) * a
+        if len(h_off) <= _FEW_HITS:
+            off = _gap_few(h_off.tolist(), h_end.tolist(), bottom, s, a, best)
         else:
-            by_off = np.argsort(h_off, kind="stable")
-            h_off = h_off[by_off]
-            reach = np.maximum.accumulate(h_end[by_off])
-            starts = np.empty(len(h_off) + 1, dtype=np.int64)
-            starts[0] = bottom
-            np.maximum(reach, bottom, out=starts[1:])
-            if a > 1:
-                starts = -(-starts // a) * a
-            limits = np.empty(len(h_off) + 1, dtype=np.int64)
-            limits[:-1] = h_off
-            limits[-1] = _TOP
-            room = limits - starts - s
-            if best:
-                room = np.where(room >= 0, room, _TOP)
-                off = int(starts[int(np.argmin(room))])
-            else:
-                off = int(starts[int(np.argmax(room >= 0))])
+            off = _gap(h_off, h_end, bottom, s, a, best)
         offsets[i] = off
         placed.add(i, lo, hi, off, off + s)
     return offsets
