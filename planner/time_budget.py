@@ -63,6 +63,7 @@ class RematShares:
     heuristic fits (planner.remat.solve)."""
 
     evict: float = 0.2
+    evict_large: float = 0.5
     heuristics: float = 0.5
     lp_rounding: float = 0.6
     solver_until: float = 0.85

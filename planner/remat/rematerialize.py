@@ -137,11 +137,13 @@ def plan_remat(
         extra = (Reduction("devices modelled", False, f"ops are placed on the {MODEL_DEVICES} "
                            "largest budgets (home first); the other devices stay empty"),)
     single = len(budget_bytes) == 1
+    large = single and len(graph.ops) > LARGE_GRAPH_OPS
+    evict_share = shares.evict_large if large else shares.evict
     evicted = (evict_candidates(graph, [order, *other_orders],
                                 *next(iter(budget_bytes.items())), costs,
                                 alignment=memory_unit,
-                                deadline=started + shares.evict * time_limit) if single else [])
-    if single and len(graph.ops) > LARGE_GRAPH_OPS:
+                                deadline=started + evict_share * time_limit) if single else [])
+    if large:
         return _large(graph, order, budget_bytes, costs, memory_unit, started, time_limit,
                       evicted, crossing, fill=use_solver)
     configured = configure(graph, order, costs, budget_bytes, memory_unit=memory_unit)
