@@ -24,6 +24,7 @@ from planner.plan.builder import BuiltPlan, build_plan
 from planner.plan.validate import validate_plan
 from planner.profile.costs import costs_from_profile
 from planner.profile.for_request import profile_for
+from planner.profile.graph_workspace import with_graph_workspace
 from planner.profile.workspace import with_workspace
 from planner.time_budget import TimeBudget
 from planner.version import PLANNER_VERSION
@@ -153,6 +154,9 @@ def _validated(graph: Graph, plan: Plan, profile: Profile | None, notify: Progre
                clock: TimeBudget) -> Plan:
     if profile is not None:
         plan = with_workspace(graph, plan, profile)
+    else:  # no op was measured: one whole-graph session measures the kernels' scratch
+        notify("workspace", {"devices": [d.device for d in plan.devices]})
+        plan = with_graph_workspace(graph, plan, time_limit_s=clock.left())
     notify("validate", {})
     report = validate_plan(graph, plan, profile)
     if not report.ok:

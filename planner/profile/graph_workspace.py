@@ -1,0 +1,211 @@
+"""Kernel scratch of every op from one whole-graph ONNX Runtime session, for plans made without
+a profile (keeping everything fit the budget, so no op was measured on its own).
+
+A plan's `workspace_bytes` otherwise comes from the per-op profile (planner.profile.op_runner),
+and a plan without one would reserve nothing for what kernels allocate beside the arena. Here the
+graph runs in one session on the device with ONNX Runtime's profiler on, and every node's kernel
+event gives its arena fields, read as the per-op profile reads them (`workspace_from_event`).
+
+Two facts of a whole-graph session shape the measurement (ONNX Runtime 1.31, checked on the
+fixtures):
+- The arena's peak (`mem_in_use_peak`) is the session's running peak, never reset per node nor
+  per run: in a first run it is dominated by the values live at the graph's widest point, so
+  "peak minus what is in use around the node" is not the node's scratch.
+- From the second run on, the memory pattern of the first holds every intermediate value in one
+  block allocated before the first node, so what is in use stays one figure B from node to node;
+  with the graph's outputs bound by the caller (and inputs fed from caller memory) nothing else
+  enters the arena, and a node's `peak - max(before, after)` is `P - B`, P the running peak.
+
+So the second run's figure of a node is the running maximum of the scratch taken so far (exact
+at every node where it rises, an upper bound elsewhere), and its last figure is the largest
+scratch of any node. Per op the figures are upper bounds, so a device's workspace aggregated from
+them (planner.profile.workspace) never falls short of the scratch of the ops placed there. The
+first run's peak carries over, and it may exceed B plus the largest scratch: BFC chunks handed
+out whole count as in use, so the first run's values can take more than the block (GPT-2 small:
+1.45 GB against a 1.32 GB block). The figures are then bounded by that carried peak instead, and
+`loose` says so. On the fixtures (mlp_sgd, cnn_bn_momentum, gpt2_tiny_adam, unet_small) the
+largest figure equals the per-op profile's largest and no op's figure is below its profile's.
+Both runs stop at `time_limit_s` (ONNX Runtime's `terminate` run option), leaving no figures.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnxruntime as ort
+
+from planner.ir.graph import Graph
+from planner.profile.costs import measured_as
+from planner.profile.devices import Device, create_session, parse_device
+from planner.profile.inputs import graph_input_values
+from planner.profile.op_runner import _BoundSession, _kernel_events, workspace_from_event
+from planner.profile.workspace import device_workspace, set_workspace
+from schemas.plan import Plan
+
+# Runs of the session: the first lays out ONNX Runtime's memory pattern, the second is read.
+RUNS = 2
+
+
+@dataclass(frozen=True)
+class GraphWorkspace:
+    """Per-op scratch on one device from a whole-graph session (`scratch`: op id -> bytes, an
+    upper bound per op whose maximum is the graph's largest scratch unless `loose`: the first
+    run's carried-over peak bounds them), or why there is none (`reason`)."""
+
+    device: str
+    scratch: dict[int, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    loose: bool = False
+    reason: str = ""  # non-empty: not measured, and why
+
+    @property
+    def measured(self) -> bool:
+        return not self.reason
+
+    @property
+    def largest(self) -> int:
+        return max(self.scratch.values(), default=0)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def node_ops(graph: Graph) -> list[int | None]:
+    """The op id of every node of `graph.proto`, by its position (ONNX Runtime's node index in a
+    session without graph optimizations); None for a node without outputs."""
+    found: list[int | None] = []
+    for node in graph.proto.graph.node:
+        named = next((name for name in node.output if name), None)
+        found.append(graph.tensor(named).producer if named is not None else None)
+    return found
+
+
+def _bound(session: ort.InferenceSession, graph: Graph, device: Device,
+           values: Mapping[int, np.ndarray]) -> _BoundSession:
+    """`session` with the graph inputs fed from `values` on the device and every graph output
+    bound to a caller-owned value, so that neither lives in the session's arena."""
+    device_type, device_id = device.ortvalue_device
+    inputs = {graph.tensors[t].name: ort.OrtValue.ortvalue_from_numpy(
+        np.require(values[t], requirements="C"), device_type, device_id) for t in graph.inputs}
+    outputs = {graph.tensors[t].name: (graph.tensors[t].shape, np.dtype(graph.tensors[t].dtype))
+               for t in graph.outputs}
+    return _BoundSession(session, device, inputs, outputs)
+
+
+def _run(bound: _BoundSession, time_limit_s: float | None) -> None:
+    """RUNS runs of `bound`, stopped by ONNX Runtime (an exception) once `time_limit_s` pass."""
+    options = ort.RunOptions()
+    timer = None
+    if time_limit_s is not None:
+        timer = threading.Timer(max(0.0, time_limit_s), setattr, (options, "terminate", True))
+        timer.start()
+    try:
+        for _ in range(RUNS):
+            bound.session.run_with_iobinding(bound.binding, options)
+            if bound.device.is_gpu:
+                bound.binding.synchronize_outputs()
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _read(events: list[dict], device: Device, ops: list[int | None]
+          ) -> tuple[dict[int, int], bool]:
+    """Per-op figures of the last run's kernel events on `device`, and whether the first run's
+    peak bounds them (the last run's peak never rose above it)."""
+    mine = [e.get("args", {}) for e in events
+            if e.get("args", {}).get("provider") == device.provider]
+    per_run = len(mine) // RUNS
+    first, last = mine[:len(mine) - per_run], mine[len(mine) - per_run:]
+    carried = max((int(a.get("mem_in_use_peak", 0)) for a in first), default=0)
+    scratch: dict[int, int] = {}
+    for args in last:
+        index = int(args.get("node_index", -1))
+        op_id = ops[index] if 0 <= index < len(ops) else None
+        if op_id is not None:
+            scratch[op_id] = workspace_from_event(args)
+    rose = any(int(a.get("mem_in_use_peak", 0)) > carried for a in last)
+    return scratch, bool(last) and not rose
+
+
+def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
+                            values: Mapping[int, np.ndarray] | None = None,
+                            time_limit_s: float | None = None) -> GraphWorkspace:
+    """Each op's scratch on `device` from one session of the whole graph, run RUNS times on
+    `values` (graph input id -> value; generated as the profiler generates them when None).
+    A device that cannot run the graph, or runs that pass `time_limit_s`, give a GraphWorkspace
+    with the reason and no figures."""
+    started = time.perf_counter()
+    feeds = graph_input_values(graph) if values is None else values
+    with tempfile.TemporaryDirectory(prefix="arenaplan-workspace-") as scratch_dir:
+        try:
+            session = create_session(graph.proto, device, threads,
+                                     profile_prefix=f"{scratch_dir}/graph")
+        except Exception as exc:  # noqa: BLE001 - no provider, an op it cannot run, ...
+            return GraphWorkspace(device.name, reason=f"no session on {device.name}: "
+                                                      f"{_first_line(exc)}")
+        try:
+            left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - started)
+            _run(_bound(session, graph, device, feeds), left)
+        except Exception as exc:  # noqa: BLE001 - terminated, or an op that fails to run
+            session.end_profiling()
+            return GraphWorkspace(device.name, seconds=time.perf_counter() - started,
+                                  reason=f"the graph did not run on {device.name} (time limit "
+                                         f"{time_limit_s} s): {_first_line(exc)}")
+        events = _kernel_events(session.end_profiling())
+    scratch, loose = _read(events, device, node_ops(graph))
+    return GraphWorkspace(device.name, scratch, time.perf_counter() - started, loose)
+
+
+def graph_workspaces(graph: Graph, devices: list[str], threads: int = 1,
+                     time_limit_s: float | None = None) -> dict[str, GraphWorkspace]:
+    """A whole-graph measurement per device that `devices` (plan device names) run on: `cpu:N`
+    arenas share the CPU's, and a GPU this machine cannot run gives a reason, no figures. All
+    of them together stop at `time_limit_s`."""
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+    found = {}
+    for name in dict.fromkeys(measured_as(d) for d in devices):
+        left = None if deadline is None else deadline - time.perf_counter()
+        found[name] = measure_graph_workspace(graph, parse_device(name), threads,
+                                              time_limit_s=left)
+    return found
+
+
+def _note(found: GraphWorkspace, reserved: int) -> str:
+    if not found.measured:
+        return f"workspace: not measured ({found.reason}); 0 B reserved for kernel scratch"
+    bound = ("; an upper bound: the first run's peak carried over" if found.loose else "")
+    return (f"workspace: {reserved} B reserved for kernel scratch, measured without a profile "
+            f"by one whole-graph ONNX Runtime session on {found.device} ({RUNS} runs, "
+            f"{found.seconds:.2f} s; largest op scratch {found.largest} B{bound})")
+
+
+def _with_note(plan: Plan, device: str, note: str) -> Plan:
+    """`plan` with `note` added to the report of `device`'s layout (else to its last report)."""
+    reports = list(plan.solvers)
+    at = next((k for k, r in enumerate(reports) if r.phase == "layout" and r.device == device),
+              len(reports) - 1)
+    if at < 0:
+        return plan
+    reports[at] = reports[at].model_copy(update={"notes": [*reports[at].notes, note]})
+    return plan.model_copy(update={"solvers": reports})
+
+
+def with_graph_workspace(graph: Graph, plan: Plan, threads: int = 1,
+                         time_limit_s: float | None = None) -> Plan:
+    """`plan` with every device's `workspace_bytes` from whole-graph sessions (within
+    `time_limit_s`), and a note per device saying how it was obtained (or why it was not)."""
+    found = graph_workspaces(graph, [d.device for d in plan.devices], threads, time_limit_s)
+    reserved = device_workspace(
+        graph, plan, lambda op_id, device: found[measured_as(device)].scratch.get(op_id, 0))
+    plan = set_workspace(plan, reserved)
+    for d in plan.devices:
+        plan = _with_note(plan, d.device, _note(found[measured_as(d.device)], reserved[d.device]))
+    return plan
