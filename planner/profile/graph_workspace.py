@@ -103,8 +103,10 @@ def _run(bound: _BoundSession, time_limit_s: float | None) -> None:
     """RUNS runs of `bound`, stopped by ONNX Runtime (an exception) once `time_limit_s` pass."""
     options = ort.RunOptions()
     timer = None
-    if time_limit_s is not None:
-        timer = threading.Timer(max(0.0, time_limit_s), setattr, (options, "terminate", True))
+    if time_limit_s is not None and time_limit_s <= 0:
+        options.terminate = True  # no time left: the first node stops the run
+    elif time_limit_s is not None:
+        timer = threading.Timer(time_limit_s, setattr, (options, "terminate", True))
         timer.start()
     try:
         for _ in range(RUNS):

@@ -1,0 +1,83 @@
+"""Kernel workspace of a plan made without a profile (issue 16 item 2): one whole-graph ONNX
+Runtime session measures every op's scratch (planner.profile.graph_workspace).
+
+- Its per-op figures bound the per-op profile's (a real profile, its single-node sessions) and
+  its largest figure equals the profile's largest: the same kernels, measured in context.
+- A profile-less keep-everything plan of a convolutional fixture reserves that scratch and says
+  in its notes how it was obtained (before: 0 reserved, nothing said).
+- Runs stop when the time given is spent; a GPU this machine cannot run is named, not raised.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+
+from planner.ir.graph import load_graph
+from planner.pipeline import plan_model
+from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.devices import Device, cuda_really_available
+from planner.profile.graph_workspace import measure_graph_workspace, node_ops
+from schemas.plan import PlanRequest
+from tests.support.fixture_zoo import inputs_path, model_path
+
+NAME = "cnn_bn_momentum"
+
+
+@cache
+def graph(name: str):
+    return load_graph(model_path(name))
+
+
+def test_whole_graph_figures_bound_the_per_op_profile_and_share_its_largest():
+    g = graph(NAME)
+    profile = profile_graph(g, inputs=dict(np.load(inputs_path(NAME))), cache=None,
+                            policy=QUICK_POLICY)
+    per_op = {o.op_id: o.costs["cpu"].workspace_bytes for o in profile.ops}
+    found = measure_graph_workspace(g, Device("cpu"))
+    assert found.measured and not found.loose
+    assert set(found.scratch) == set(per_op)  # every op's kernel event read, mapped to its op
+    assert all(found.scratch[op] >= per_op[op] for op in per_op)
+    assert found.largest == max(per_op.values()) > 0  # measured: 131,072 B (a Where)
+
+
+def test_nodes_map_to_the_ops_of_their_outputs():
+    g = graph("gpt2_tiny_adam")
+    ops = node_ops(g)
+    assert sorted(op for op in ops if op is not None) == list(range(len(g.ops)))
+    for node, op in zip(g.proto.graph.node, ops, strict=True):
+        assert op is not None and g.ops[op].op_type == node.op_type
+
+
+@pytest.mark.parametrize("name", ["cnn_bn_momentum", "unet_small"])
+def test_a_plan_without_a_profile_reserves_the_measured_scratch(name):
+    plan = plan_model(model_path(name), PlanRequest(budgets={"cpu": 2**40}, time_limit_s=5))
+    assert plan.request.profile is None
+    (device,) = plan.devices
+    largest = measure_graph_workspace(graph(name), Device("cpu")).largest
+    assert device.workspace_bytes == largest > 0  # every output kept: the largest op scratch
+    notes = [n for report in plan.solvers for n in report.notes if n.startswith("workspace:")]
+    assert len(notes) == 1 and "whole-graph ONNX Runtime session on cpu" in notes[0]
+
+
+def test_runs_stop_when_no_time_is_left():
+    found = measure_graph_workspace(graph(NAME), Device("cpu"), time_limit_s=0)
+    assert not found.measured and found.scratch == {}
+    assert "terminate" in found.reason
+
+
+@pytest.mark.skipif(cuda_really_available(), reason="a usable GPU: tested by the cuda test")
+def test_a_gpu_this_machine_lacks_is_named_not_raised():
+    found = measure_graph_workspace(graph(NAME), Device("cuda", 0))
+    assert not found.measured and "cuda:0" in found.reason
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not cuda_really_available(), reason="no usable CUDA device")
+def test_cuda_whole_graph_scratch_is_measured_on_the_gpu():
+    found = measure_graph_workspace(graph(NAME), Device("cuda", 0))
+    assert found.measured and found.largest > 0
+    plan = plan_model(model_path(NAME), PlanRequest(budgets={"cuda:0": 2**40}, time_limit_s=5))
+    assert plan.devices[0].workspace_bytes >= found.largest
