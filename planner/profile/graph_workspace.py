@@ -145,6 +145,8 @@ def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
     A device that cannot run the graph, or runs that pass `time_limit_s`, give a GraphWorkspace
     with the reason and no figures."""
     started = time.perf_counter()
+    if graph.proto is None:  # a node-link graph (planner.ir.graph_json): no model to run
+        return GraphWorkspace(device.name, reason="no ONNX model behind the graph")
     feeds = graph_input_values(graph) if values is None else values
     with tempfile.TemporaryDirectory(prefix="arenaplan-workspace-") as scratch_dir:
         try:

@@ -5,22 +5,26 @@ Runtime session measures every op's scratch (planner.profile.graph_workspace).
   its largest figure equals the profile's largest: the same kernels, measured in context.
 - A profile-less keep-everything plan of a convolutional fixture reserves that scratch and says
   in its notes how it was obtained (before: 0 reserved, nothing said).
-- Runs stop when the time given is spent; a GPU this machine cannot run is named, not raised.
+- Runs stop when the time given is spent; a GPU this machine cannot run, or a graph with no ONNX
+  model behind it (node-link JSON), is named in the plan's notes, not raised.
 """
 
 from __future__ import annotations
 
+import random
 from functools import cache
 
 import numpy as np
 import pytest
 
 from planner.ir.graph import load_graph
-from planner.pipeline import plan_model
+from planner.ir.graph_json import graph_from_node_link
+from planner.pipeline import plan_graph, plan_model
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.devices import Device, cuda_really_available
 from planner.profile.graph_workspace import measure_graph_workspace, node_ops
 from schemas.plan import PlanRequest
+from tests.support.chains import chain_json
 from tests.support.fixture_zoo import inputs_path, model_path
 
 NAME = "cnn_bn_momentum"
@@ -66,6 +70,13 @@ def test_runs_stop_when_no_time_is_left():
     found = measure_graph_workspace(graph(NAME), Device("cpu"), time_limit_s=0)
     assert not found.measured and found.scratch == {}
     assert "terminate" in found.reason
+
+
+def test_a_graph_without_a_model_plans_with_no_workspace_and_says_why():
+    chain, _ = graph_from_node_link(chain_json(random.Random(0), 50))
+    plan = plan_graph(chain, PlanRequest(budgets={"cpu": 2**40}, time_limit_s=5))
+    assert plan.devices[0].workspace_bytes == 0
+    assert any("not measured (no ONNX model" in n for r in plan.solvers for n in r.notes)
 
 
 @pytest.mark.skipif(cuda_really_available(), reason="a usable GPU: tested by the cuda test")
