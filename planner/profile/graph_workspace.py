@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -49,6 +50,7 @@ from schemas.plan import Plan
 
 # Runs of the session: the first lays out ONNX Runtime's memory pattern, the second is read.
 RUNS = 2
+_MEMINFO = Path("/proc/meminfo")
 
 
 @dataclass(frozen=True)
@@ -137,16 +139,41 @@ def _read(events: list[dict], device: Device, ops: list[int | None]
     return scratch, bool(last) and not rose
 
 
+def available_host_bytes() -> int | None:
+    """The host memory the kernel says is available now (None where it does not say)."""
+    try:
+        for line in _MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def host_bytes_needed(graph: Graph, live_bytes: int) -> int:
+    """The least host memory a CPU session of the whole graph holds: the inputs fed, the
+    outputs bound and `live_bytes` of intermediate values (a plan's arenas)."""
+    return sum(graph.tensors[t].nbytes for t in (*graph.inputs, *graph.outputs)) + live_bytes
+
+
 def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
                             values: Mapping[int, np.ndarray] | None = None,
-                            time_limit_s: float | None = None) -> GraphWorkspace:
+                            time_limit_s: float | None = None,
+                            live_bytes: int = 0) -> GraphWorkspace:
     """Each op's scratch on `device` from one session of the whole graph, run RUNS times on
     `values` (graph input id -> value; generated as the profiler generates them when None).
-    A device that cannot run the graph, or runs that pass `time_limit_s`, give a GraphWorkspace
-    with the reason and no figures."""
+    A device that cannot run the graph, runs that pass `time_limit_s`, or a CPU session that
+    would not fit in the host's available memory with `live_bytes` of intermediates (a planning
+    machine smaller than the training one: the process would be killed, not refused), give a
+    GraphWorkspace with the reason and no figures."""
     started = time.perf_counter()
     if graph.proto is None:  # a node-link graph (planner.ir.graph_json): no model to run
         return GraphWorkspace(device.name, reason="no ONNX model behind the graph")
+    available = None if device.is_gpu else available_host_bytes()
+    needed = host_bytes_needed(graph, live_bytes)
+    if available is not None and needed > available:
+        return GraphWorkspace(device.name, reason=f"the session needs at least {needed} B of "
+                                                  f"host memory, {available} B are available")
     feeds = graph_input_values(graph) if values is None else values
     with tempfile.TemporaryDirectory(prefix="arenaplan-workspace-") as scratch_dir:
         try:
@@ -169,16 +196,17 @@ def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
 
 
 def graph_workspaces(graph: Graph, devices: list[str], threads: int = 1,
-                     time_limit_s: float | None = None) -> dict[str, GraphWorkspace]:
+                     time_limit_s: float | None = None, live_bytes: int = 0
+                     ) -> dict[str, GraphWorkspace]:
     """A whole-graph measurement per device that `devices` (plan device names) run on: `cpu:N`
     arenas share the CPU's, and a GPU this machine cannot run gives a reason, no figures. All
-    of them together stop at `time_limit_s`."""
+    of them together stop at `time_limit_s`; `live_bytes`: the intermediates a step holds."""
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     found = {}
     for name in dict.fromkeys(measured_as(d) for d in devices):
         left = None if deadline is None else deadline - time.perf_counter()
         found[name] = measure_graph_workspace(graph, parse_device(name), threads,
-                                              time_limit_s=left)
+                                              time_limit_s=left, live_bytes=live_bytes)
     return found
 
 
@@ -206,7 +234,8 @@ def with_graph_workspace(graph: Graph, plan: Plan, threads: int = 1,
                          time_limit_s: float | None = None) -> Plan:
     """`plan` with every device's `workspace_bytes` from whole-graph sessions (within
     `time_limit_s`), and a note per device saying how it was obtained (or why it was not)."""
-    found = graph_workspaces(graph, [d.device for d in plan.devices], threads, time_limit_s)
+    found = graph_workspaces(graph, [d.device for d in plan.devices], threads, time_limit_s,
+                             live_bytes=sum(d.arena_bytes for d in plan.devices))
     reserved = device_workspace(
         graph, plan, lambda op_id, device: found[measured_as(device)].scratch.get(op_id, 0))
     plan = set_workspace(plan, reserved)

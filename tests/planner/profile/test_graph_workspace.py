@@ -22,7 +22,11 @@ from planner.ir.graph_json import graph_from_node_link
 from planner.pipeline import plan_graph, plan_model
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.devices import Device, cuda_really_available
-from planner.profile.graph_workspace import measure_graph_workspace, node_ops
+from planner.profile.graph_workspace import (
+    available_host_bytes,
+    measure_graph_workspace,
+    node_ops,
+)
 from schemas.plan import PlanRequest
 from tests.support.chains import chain_json
 from tests.support.fixture_zoo import inputs_path, model_path
@@ -70,6 +74,12 @@ def test_runs_stop_when_no_time_is_left():
     found = measure_graph_workspace(graph(NAME), Device("cpu"), time_limit_s=0)
     assert not found.measured and found.scratch == {}
     assert "terminate" in found.reason
+
+
+@pytest.mark.skipif(available_host_bytes() is None, reason="no MemAvailable on this OS")
+def test_a_session_the_host_memory_cannot_hold_is_not_started():
+    found = measure_graph_workspace(graph(NAME), Device("cpu"), live_bytes=1 << 60)
+    assert not found.measured and "host memory" in found.reason
 
 
 def test_a_graph_without_a_model_plans_with_no_workspace_and_says_why():
