@@ -9,11 +9,13 @@ import pytest
 from arenaplan.cli import main
 from planner.errors import InfeasibleError
 from planner.ir.graph import load_graph
+from planner.memory.liveness import order_lower_bound
 from planner.pipeline import plan_graph, plan_model
-from planner.pipeline.fit import lowered_target
+from planner.pipeline.fit import RematFit, lowered_target
 from planner.plan.validate import validate_plan
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.workspace import plan_workspace
+from planner.time_budget import TimeBudget
 from schemas.plan import ComputeStep, FreeStep, Plan, PlanRequest, compute_plan_id
 from tests.support.fixture_zoo import model_path
 
@@ -164,3 +166,16 @@ def test_a_retry_after_fragmentation_aims_below_the_budget_over_the_worst_spread
     # A spread smaller than the overshoot: at least the excess comes off.
     assert lowered_target(990_000, budget, 20_000, 1.001, 64) == 970_000 - 64
     assert lowered_target(10, budget, 50, 2.0, 64) == 1
+
+
+def test_a_retry_aims_no_lower_than_a_quarter_of_the_way_from_the_bound_to_the_budget():
+    """Below the op-footprint bound no schedule exists: GPT-2-small at persistent + half its
+    activations has 1.7% between them, and the budget over the worst spread (1.8%) fell below
+    the bound, so the retry found nothing and the request was refused."""
+    graph = load_graph(model_path("mlp_sgd"))
+    bound = order_lower_bound(graph)
+    for budget in (bound, bound + 4_000, bound + 100_000):
+        request = PlanRequest(budgets={"cpu": budget})
+        fit = RematFit(graph, request, order=None, costs=None, plan_id="t",
+                       clock=TimeBudget(10), keep_all_arena=None)
+        assert fit._floor("cpu") == bound + (budget - bound) // 4
