@@ -55,7 +55,7 @@ from planner.ir.graph import Graph
 from planner.profile.costs import measured_as
 from planner.profile.devices import Device, create_session, parse_device
 from planner.profile.inputs import graph_input_values
-from planner.profile.op_runner import _BoundSession, _kernel_events, workspace_from_event
+from planner.profile.op_runner import BoundSession, kernel_events, workspace_from_event
 from planner.profile.workspace import device_workspace, set_workspace
 from schemas.plan import Plan
 
@@ -101,7 +101,7 @@ def node_ops(graph: Graph) -> list[int | None]:
 
 
 def _bound(session: ort.InferenceSession, graph: Graph, device: Device,
-           values: Mapping[int, np.ndarray]) -> _BoundSession:
+           values: Mapping[int, np.ndarray]) -> BoundSession:
     """`session` with the graph inputs fed from `values` on the device and every graph output
     bound to a caller-owned value, so that neither lives in the session's arena."""
     device_type, device_id = device.ortvalue_device
@@ -109,10 +109,10 @@ def _bound(session: ort.InferenceSession, graph: Graph, device: Device,
         np.require(values[t], requirements="C"), device_type, device_id) for t in graph.inputs}
     outputs = {graph.tensors[t].name: (graph.tensors[t].shape, np.dtype(graph.tensors[t].dtype))
                for t in graph.outputs}
-    return _BoundSession(session, device, inputs, outputs)
+    return BoundSession(session, device, inputs, outputs)
 
 
-def _run(bound: _BoundSession, time_limit_s: float | None) -> None:
+def _run(bound: BoundSession, time_limit_s: float | None) -> None:
     """RUNS runs of `bound`, stopped by ONNX Runtime (an exception) once `time_limit_s` pass."""
     options = ort.RunOptions()
     timer = None
@@ -201,7 +201,7 @@ def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
             return GraphWorkspace(device.name, seconds=time.perf_counter() - started,
                                   reason=f"the graph did not run on {device.name} (time limit "
                                          f"{time_limit_s} s): {_first_line(exc)}")
-        events = _kernel_events(session.end_profiling())
+        events = kernel_events(session.end_profiling())
     scratch, loose = _read(events, device, node_ops(graph))
     return GraphWorkspace(device.name, scratch, time.perf_counter() - started, loose)
 

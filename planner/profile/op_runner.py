@@ -38,7 +38,7 @@ class OpMeasurement:
     reason: str = ""
 
 
-class _BoundSession:
+class BoundSession:
     """A session with every input and output bound on the device, runnable without Python data
     movement."""
 
@@ -101,7 +101,8 @@ def _output_specs(graph: Graph, op: Op, values: dict[int, np.ndarray]
     return specs
 
 
-def _kernel_events(path: str) -> list[dict]:
+def kernel_events(path: str) -> list[dict]:
+    """The kernel events of an ONNX Runtime profile file (which is removed after reading)."""
     try:
         with open(path) as handle:
             events = json.load(handle)
@@ -138,11 +139,11 @@ def measure_op(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Devi
         return OpMeasurement(None, reason=f"no session on {device.name}: {_first_line(exc)}")
     try:
         inputs = device_inputs(graph, op, values, device)
-        one = _BoundSession(session, device, inputs, _output_specs(graph, op, values))
+        one = BoundSession(session, device, inputs, _output_specs(graph, op, values))
         one.run()
     except Exception as exc:  # noqa: BLE001
         return OpMeasurement(None, reason=f"fails to run on {device.name}: {_first_line(exc)}")
-    events = _kernel_events(session.end_profiling())
+    events = kernel_events(session.end_profiling())
     wrong = sorted({str(e.get("args", {}).get("provider")) for e in events}
                    - {device.provider, "None"})
     if wrong:
@@ -158,7 +159,7 @@ def measure_op(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Devi
             return None
         try:
             session_k = create_session(single_node_model(graph, op, k), device, threads)
-            many = _BoundSession(session_k, device, inputs, specs)
+            many = BoundSession(session_k, device, inputs, specs)
             many.run()
         except Exception:  # noqa: BLE001 - copies are an optimization; fall back to one copy
             return None
@@ -184,10 +185,10 @@ def run_overhead(device: Device, threads: int, policy: TimingPolicy) -> float:
     device_type, device_id = device.ortvalue_device
     x = {"x": ort.OrtValue.ortvalue_from_numpy(np.zeros(1, np.float32), device_type, device_id)}
     spec = np.dtype(np.float32)
-    one = _BoundSession(create_session(identity(1), device, threads), device, x,
+    one = BoundSession(create_session(identity(1), device, threads), device, x,
                         {"y": ((1,), spec)})
     k = policy.copies
-    many = _BoundSession(create_session(identity(k), device, threads), device, x,
+    many = BoundSession(create_session(identity(k), device, threads), device, x,
                          {"y": ((1,), spec)})
     differential = TimingPolicy(
         warmup_runs=max(policy.warmup_runs, 5), batch=10, min_repeats=30, max_repeats=400,
