@@ -41,6 +41,9 @@ CPU session is not started when the host's available memory cannot hold the step
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import tempfile
 import threading
 import time
@@ -52,9 +55,11 @@ import numpy as np
 import onnxruntime as ort
 
 from planner.ir.graph import Graph
+from planner.profile.cache import ProfileCache, default_cache_path
 from planner.profile.costs import measured_as
 from planner.profile.devices import Device, create_session, parse_device
 from planner.profile.inputs import graph_input_values
+from planner.profile.machine import cpu_model, fingerprint, gpu_name
 from planner.profile.op_runner import BoundSession, kernel_events, workspace_from_event
 from planner.profile.workspace import device_workspace, set_workspace
 from schemas.plan import Plan
@@ -75,6 +80,7 @@ class GraphWorkspace:
     seconds: float = 0.0
     loose: bool = False
     reason: str = ""  # non-empty: not measured, and why
+    cached: bool = False  # taken from the profile cache (`seconds`: when it was measured)
 
     @property
     def measured(self) -> bool:
@@ -211,23 +217,58 @@ def graph_workspaces(graph: Graph, devices: list[str], threads: int = 1,
                      ) -> dict[str, GraphWorkspace]:
     """A whole-graph measurement per device that `devices` (plan device names) run on: `cpu:N`
     arenas share the CPU's, and a GPU this machine cannot run gives a reason, no figures. All
-    of them together stop at `time_limit_s`; `live_bytes`: the intermediates a step holds."""
+    of them together stop at `time_limit_s`; `live_bytes`: the intermediates a step holds.
+    Measurements are kept in the profile cache (`cache_key`): GPT-2-small's takes 16 s and
+    gigabytes, once per graph, machine and ONNX Runtime version."""
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     found = {}
-    for name in dict.fromkeys(measured_as(d) for d in devices):
-        left = None if deadline is None else deadline - time.perf_counter()
-        found[name] = measure_graph_workspace(graph, parse_device(name), threads,
-                                              time_limit_s=left, live_bytes=live_bytes)
+    with ProfileCache(default_cache_path()) as cache:
+        for name in dict.fromkeys(measured_as(d) for d in devices):
+            device = parse_device(name)
+            key = cache_key(graph, device, threads)
+            cached = cache.get_value(key)
+            if cached is not None:
+                found[name] = _from_json(name, cached)
+                continue
+            left = None if deadline is None else deadline - time.perf_counter()
+            found[name] = measure_graph_workspace(graph, device, threads, time_limit_s=left,
+                                                  live_bytes=live_bytes)
+            if found[name].measured:
+                cache.put_value(key, _to_json(found[name]))
     return found
+
+
+def cache_key(graph: Graph, device: Device, threads: int) -> str:
+    """What a whole-graph measurement depends on: the graph run (the model, ONNX Runtime's
+    rewrite of it and every tensor's shape), the device, the threads, ONNX Runtime's version
+    and the machine (planner.profile.machine)."""
+    gpus = {"gpu": gpu_name(device.index)} if device.is_gpu else {}
+    text = json.dumps([
+        graph.model_sha256, graph.optimized.sha256 if graph.optimized else None,
+        [list(t.shape) for t in graph.tensors], device.provider, device.index, threads,
+        ort.__version__, fingerprint(cpu_model(), os.cpu_count() or 1, gpus), RUNS])
+    return "graph-workspace:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _to_json(found: GraphWorkspace) -> str:
+    return json.dumps({"scratch": found.scratch, "seconds": found.seconds,
+                       "loose": found.loose})
+
+
+def _from_json(device: str, text: str) -> GraphWorkspace:
+    data = json.loads(text)
+    return GraphWorkspace(device, {int(k): int(v) for k, v in data["scratch"].items()},
+                          float(data["seconds"]), bool(data["loose"]), cached=True)
 
 
 def _note(found: GraphWorkspace, reserved: int) -> str:
     if not found.measured:
         return f"workspace: not measured ({found.reason}); 0 B reserved for kernel scratch"
     bound = ("; an upper bound: the first run's peak carried over" if found.loose else "")
+    cached = ", from the profile cache" if found.cached else ""
     return (f"workspace: {reserved} B reserved for kernel scratch, measured without a profile "
             f"by one whole-graph ONNX Runtime session on {found.device} ({RUNS} runs, "
-            f"{found.seconds:.2f} s; largest op scratch {found.largest} B{bound})")
+            f"{found.seconds:.2f} s{cached}; largest op scratch {found.largest} B{bound})")
 
 
 def _with_note(plan: Plan, device: str, note: str) -> Plan:

@@ -5,6 +5,8 @@ Runtime session measures every op's scratch (planner.profile.graph_workspace).
   its largest figure equals the profile's largest: the same kernels, measured in context.
 - A profile-less keep-everything plan of a convolutional fixture reserves that scratch and says
   in its notes how it was obtained (before: 0 reserved, nothing said).
+- A measurement is kept in the profile cache and a second plan of the same graph takes it from
+  there (GPT-2-small's takes 16 s and gigabytes); another thread count is measured again.
 - Runs stop when the time given is spent; a GPU this machine cannot run, or a graph with no ONNX
   model behind it (node-link JSON), is named in the plan's notes, not raised.
 """
@@ -24,6 +26,7 @@ from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.devices import Device, cuda_really_available
 from planner.profile.graph_workspace import (
     available_host_bytes,
+    graph_workspaces,
     measure_graph_workspace,
     node_ops,
 )
@@ -32,6 +35,7 @@ from tests.support.chains import chain_json
 from tests.support.fixture_zoo import inputs_path, model_path
 
 NAME = "cnn_bn_momentum"
+pytestmark = pytest.mark.usefixtures("private_profile_cache")
 
 
 @cache
@@ -68,6 +72,18 @@ def test_a_plan_without_a_profile_reserves_the_measured_scratch(name):
     assert device.workspace_bytes == largest > 0  # every output kept: the largest op scratch
     notes = [n for report in plan.solvers for n in report.notes if n.startswith("workspace:")]
     assert len(notes) == 1 and "whole-graph ONNX Runtime session on cpu" in notes[0]
+
+
+def test_a_measurement_is_kept_in_the_profile_cache(tmp_path, monkeypatch):
+    """The second request for the same graph, device and threads reads the first one's figures;
+    one with another thread count measures again."""
+    monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path))  # empty: the first one measures
+    unet = load_graph(model_path("unet_small"))
+    first = graph_workspaces(unet, ["cpu"])["cpu"]
+    again = graph_workspaces(unet, ["cpu"])["cpu"]
+    assert first.measured and not first.cached
+    assert again.cached and again.scratch == first.scratch and again.loose == first.loose
+    assert not graph_workspaces(unet, ["cpu"], threads=2)["cpu"].cached
 
 
 def test_runs_stop_when_no_time_is_left():
