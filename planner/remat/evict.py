@@ -12,11 +12,12 @@ the op's own time, or (DTR's evicted neighbourhood, one level deep) the op's tim
 remaking its inputs that are gone too. The neighbourhood keeps eviction from cutting a chain of
 cheap elementwise values apart and then remaking it link by link through the convolution at its
 head (ResNet-CIFAR at persistent + 50%: 1.29x -> 1.19x the keep-everything step); the own time
-wins where every op costs about the same (GPT-2-tiny: 1.22x against 1.30x), so both run. Only
-outputs of recomputable ops (of the forward phase,
-or of any phase: planner.remat.problem) are evicted, only when their next read comes before any
-state they are made from may be updated in place, and values those ops read that cannot be made
-again (data inputs, random ops' outputs) stay resident while a recomputation may need them.
+wins where every op costs about the same (GPT-2-tiny: 1.22x against 1.30x), so both run.
+
+Only outputs of recomputable ops (of the forward phase, or of any phase: planner.remat.problem)
+are evicted, only when their next read comes before any state they are made from may be updated
+in place, and values those ops read that cannot be made again (data inputs, random ops' outputs)
+stay resident while a recomputation may need them.
 Bytes are counted per storage root (a view adds nothing and is evicted with its root); an output
 that may be written over an input dying at its op adds nothing either. The schedule is replayed
 exactly by the caller (planner.memory.simulate) and judged there; the fill pass
