@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from planner.layout import Buffer, Layout, check_layout
+from planner.layout.checker import _disjoint
 
 
 def _layout(offsets: dict[str, int], arena: int) -> Layout:
@@ -62,3 +67,33 @@ def test_moved_fixed_offset_and_missing_or_unknown_ids() -> None:
 def test_plain_offset_mapping_is_accepted() -> None:
     assert check_layout(BUFFERS, {"a": 0, "b": 128, "c": 0}) == []
     assert check_layout(BUFFERS, {"a": 0, "b": 0, "c": 0})
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_sweep_clears_exactly_the_layouts_the_pairwise_scan_clears(seed: int) -> None:
+    """The O(n log n) sweep that clears valid layouts (a 24,000-buffer chain took 0.4 s pair by
+    pair) never clears one with an overlap, and clears every valid one it is given: greedy
+    layouts are valid, and one buffer moved (often onto another) makes them invalid."""
+    rng = random.Random(seed)
+    buffers = []
+    for k in range(rng.randint(2, 60)):
+        lower = rng.randrange(30)
+        buffers.append(Buffer(f"b{k}", lower, lower + rng.randint(1, 12), rng.randint(1, 40)))
+    offsets: dict[str, int] = {}
+    for b in buffers:  # first fit by address among the buffers placed so far
+        taken = sorted((offsets[o.id], offsets[o.id] + o.size) for o in buffers
+                       if o.id in offsets and o.lower < b.upper and b.lower < o.upper)
+        at = 0
+        for start, end in taken:
+            if at + b.size <= start:
+                break
+            at = max(at, end)
+        offsets[b.id] = at
+    if seed % 2:
+        offsets[rng.choice(buffers).id] = rng.randrange(60)
+    placed = [(b, offsets[b.id]) for b in buffers]
+    pairwise = not any(
+        a.lower < b.upper and b.lower < a.upper and oa < ob + b.size and ob < oa + a.size
+        for i, (a, oa) in enumerate(placed) for b, ob in placed[i + 1:])
+    assert _disjoint(placed) == pairwise
+    assert (check_layout(buffers, offsets, alignment=1) == []) == pairwise
