@@ -155,7 +155,14 @@ def run_fresh(*argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("name", ["cnn_bn_momentum", "resnet18_narrow"])
 def test_the_peak_during_steps_stays_within_arena_workspace_and_overhead(name, tmp_path):
-    plan = planned_with_workspace(name)
+    assert_steps_within_arena_workspace_and_overhead(planned_with_workspace(name), name,
+                                                     tmp_path)
+
+
+def assert_steps_within_arena_workspace_and_overhead(plan: Plan, name: str, tmp_path: Path
+                                                     ) -> None:
+    """`plan` at a budget of its arena plus workspace runs 4 steps of fixture `name` with
+    --strict-memory in a fresh process, its peak within that plus the fixed overhead."""
     reserved = plan.devices[0].arena_bytes + plan.devices[0].workspace_bytes
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(at_budget(plan, reserved).model_dump_json())

@@ -50,6 +50,19 @@ pytestmark = pytest.mark.usefixtures("private_profile_cache")
 LAYOUT_SLACK = 0.03
 
 
+def at_half_the_activations(name: str):
+    """A fixture as the CLI plans it (extended rewrite), its quick profile and order, and the
+    budget of its persistent bytes plus half the rest of its keep-everything peak."""
+    graph = load_graph(model_path(name), optimization="extended")
+    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
+    costs = costs_from_profile(profile, graph, ["cpu"])
+    order = optimize_order(graph, use_solver=False).order
+    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats.peaks["cpu"]
+    persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
+    budget = (persistent + keep) // 2
+    return graph, profile, costs, order, budget
+
+
 def chain(seed: int, n: int = 10):
     graph, profile = graph_from_node_link(chain_json(random.Random(seed), n), name="chain")
     return graph, costs_from_profile(profile, graph, ["cpu"])
@@ -198,13 +211,7 @@ def test_eviction_drops_backward_values_when_forward_ones_are_not_enough():
     order's backward phase holds transposed gradients for dozens of steps: evicting forward
     values alone cannot reach the budget (no schedule was found before), evicting those too
     can, and the plan passes the validator."""
-    graph = load_graph(model_path("resnet_cifar"), optimization="extended")
-    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
-    costs = costs_from_profile(profile, graph, ["cpu"])
-    order = optimize_order(graph, use_solver=False).order
-    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats.peaks["cpu"]
-    persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
-    budget = (persistent + keep) // 2
+    graph, profile, costs, order, budget = at_half_the_activations("resnet_cifar")
     forward, _ = forward_phase(graph, order, RematOptions())
     forward_only = evict_schedule(graph, order, "cpu", budget, costs, forward, alignment=64)
     assert forward_only is not None
@@ -275,13 +282,7 @@ def test_a_stage_model_schedule_replays_within_the_memory_the_model_counted():
     model's schedules replayed at 725 KB against the 554 KB it counted, and none was used. Now
     a view's reader needs its root resident, and the emitted schedule runs the view again
     after its root is recomputed."""
-    graph = load_graph(model_path("gpt2_tiny_adam"), optimization="extended")
-    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
-    costs = costs_from_profile(profile, graph, ["cpu"])
-    order = optimize_order(graph, use_solver=False).order
-    keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats.peaks["cpu"]
-    persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
-    budget = (persistent + keep) // 2
+    graph, profile, costs, order, budget = at_half_the_activations("gpt2_tiny_adam")
     configured = configure(graph, order, costs, {"cpu": budget}, memory_unit=64)
     problem = configured.problem
     solution = solve_problem(problem, {"cpu": budget // 64}, time_limit=5, workers=2,
