@@ -12,8 +12,9 @@ The IR is immutable; solvers index it by integer ids (`graph.ops[i]`, `graph.ten
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
@@ -128,6 +129,9 @@ class Graph:
     model_sha256: str  # of the model as sent; plan ids and profiles name it
     proto: ModelProto = field(repr=False, compare=False)
     optimized: OptimizedGraph | None = None  # the ops are ONNX Runtime's rewrite of that model
+    # Of a rewrite only: per op, the position in the model as sent of the op with the same name
+    # (None: an op ONNX Runtime made); the orderers start from the exporter's order with it.
+    source_positions: tuple[int | None, ...] = ()
 
     def tensor(self, name: str) -> Tensor:
         try:
@@ -187,7 +191,18 @@ def _optimized(original: Graph, rewritten: bytes, recorded: OptimizedGraph) -> G
     state = {original.tensors[t.id].name: original.tensors[t.updated_by].name
              for t in original.tensors if t.updated_by is not None}
     check_state_kept(state, loaded.proto, recorded.level)
-    return _build(loaded.proto, original.model_sha256, loaded.opset, recorded, state)
+    graph = _build(loaded.proto, original.model_sha256, loaded.opset, recorded, state)
+    return replace(graph, source_positions=_source_positions(original.proto, loaded.proto))
+
+
+def _source_positions(sent: ModelProto, rewritten: ModelProto) -> tuple[int | None, ...]:
+    """Per node of `rewritten`, the index of the node of `sent` with the same name (ONNX
+    Runtime keeps the names of the nodes it does not fuse away); unnamed or repeated names
+    match nothing."""
+    names = Counter(node.name for node in sent.graph.node)
+    index = {node.name: k for k, node in enumerate(sent.graph.node)
+             if node.name and names[node.name] == 1}
+    return tuple(index.get(node.name) for node in rewritten.graph.node)
 
 
 def _build(proto: ModelProto, sha256: str, opset: int,

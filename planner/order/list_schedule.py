@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from planner.ir.graph import Graph
 from planner.memory.sharing import state_updates
@@ -29,13 +29,15 @@ def memory_greedy_order(graph: Graph) -> list[int]:
     return _list_schedule(graph, lambda e, op_id: (e.growth, op_id))
 
 
-def eager_free_order(graph: Graph) -> list[int]:
-    """The file order, except that a ready op which frees at least what it allocates runs first.
+def eager_free_order(graph: Graph, rank: Sequence[int] | None = None) -> list[int]:
+    """The file order (or the order that gives each op its `rank`), except that a ready op
+    which frees at least what it allocates runs first.
 
     Keeps the exporter's (usually depth-first) structure, which pure growth-greedy scheduling
     loses, while still pulling weight updates and other freeing ops forward.
     """
-    return _list_schedule(graph, lambda e, op_id: (e.growth > 0, min(e.growth, 0), op_id))
+    place: Sequence[int] = range(len(graph.ops)) if rank is None else rank
+    return _list_schedule(graph, lambda e, op_id: (e.growth > 0, min(e.growth, 0), place[op_id]))
 
 
 class _ReadyOps:

@@ -4,6 +4,7 @@ that stops as soon as more of it cannot pay."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from planner.order.just_in_time import just_in_time
 from planner.order.refine import refine_order
 from planner.order.running_bytes import RunningBytes
 from planner.order.shrink_early import shrink_early
+from planner.order.source_order import source_ranks
 from planner.pipeline import plan_model
 from schemas.plan import PlanRequest
 from tests.support.fixture_zoo import model_path
@@ -50,14 +52,22 @@ def small_graphs():
         yield load_graph(random_dag(seed, n_ops=30))
     for name in ("mlp_sgd", "cnn_bn_momentum"):
         yield load_graph(model_path(name))
+        yield load_graph(model_path(name), optimization="extended")
+
+
+def quick_orders(graph):
+    """(name, order) of every quick order that applies to `graph`."""
+    for name, make in QUICK_ORDERS.items():
+        order = make(graph)
+        if order is not None:
+            yield name, order
 
 
 def test_running_bytes_follow_the_memory_model_step_by_step():
     """The list schedulers' incremental bytes are the replay's, step for step, on these graphs
     (views, in-place elementwise ops and state updates included)."""
     for graph in small_graphs():
-        for name, make in QUICK_ORDERS.items():
-            order = make(graph)
+        for name, order in quick_orders(graph):
             check_order(graph, order)
             running = RunningBytes(graph)
             steps = []
@@ -92,8 +102,7 @@ def test_just_in_time_runs_weight_only_ops_right_before_their_use():
 @pytest.mark.parametrize("seed", range(6))
 def test_just_in_time_never_raises_the_peak(seed):
     graph = load_graph(random_dag(seed, n_ops=40))
-    for make in QUICK_ORDERS.values():
-        order = make(graph)
+    for _, order in quick_orders(graph):
         moved = just_in_time(graph, order)
         check_order(graph, moved)
         assert lifetimes(graph, moved).peak <= lifetimes(graph, order).peak
@@ -102,9 +111,13 @@ def test_just_in_time_never_raises_the_peak(seed):
 def test_quick_orders_take_well_under_a_second_at_5000_ops():
     graph = load_graph(residual_blocks(1000))
     assert len(graph.ops) == 5000
+    # As if ONNX Runtime had rewritten it keeping every op, so that every quick order applies.
+    graph = replace(graph, source_positions=tuple(range(5000)))
     for name, make in QUICK_ORDERS.items():
         started = time.perf_counter()
-        check_order(graph, make(graph))
+        order = make(graph)
+        assert order is not None, name
+        check_order(graph, order)
         assert time.perf_counter() - started < 1.0, name
 
 
@@ -197,3 +210,31 @@ def test_the_max_pool_index_idiom_runs_before_the_saved_activations_pile_up():
     result = optimize_order(graph, use_solver=False)
     others = min(peak for name, peak in result.candidates.items() if name != "shrink_early")
     assert result.method == "shrink_early" and result.peak_bytes < 0.9 * others
+
+
+def test_a_rewrite_knows_where_its_ops_were_in_the_model_as_sent():
+    sent = load_graph(model_path("unet_small"))
+    rewritten = load_graph(model_path("unet_small"), optimization="extended")
+    assert sent.source_positions == () and source_ranks(sent) is None
+    positions = rewritten.source_positions
+    assert len(positions) == len(rewritten.ops)
+    assert sum(p is not None for p in positions) > 0.9 * len(positions)
+    for op, p in zip(rewritten.ops, positions, strict=True):
+        assert p is None or sent.ops[p].name == op.name
+    rank = source_ranks(rewritten)
+    assert rank is not None
+    order = sorted(range(len(rank)), key=rank.__getitem__)
+    check_order(rewritten, order)
+    kept = [positions[op] for op in order if positions[op] is not None]
+    assert kept == sorted(kept)  # the model's order, wherever the rewrite allows it
+
+
+def test_a_rewrite_orders_as_well_as_the_model_as_sent():
+    """ONNX Runtime's own order of unet_small's rewrite cost the eager-free scheduler 6% (UNet
+    with Adam: 151.9 MiB against 144.4 MiB as sent); breaking its ties by the exporter's order
+    gets that back."""
+    sent = optimize_order(load_graph(model_path("unet_small")), use_solver=False)
+    graph = load_graph(model_path("unet_small"), optimization="extended")
+    rewritten = optimize_order(graph, use_solver=False)
+    assert rewritten.candidates["eager_free_source"] < 0.97 * rewritten.candidates["eager_free"]
+    assert rewritten.peak_bytes <= sent.peak_bytes
