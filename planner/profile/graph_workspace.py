@@ -35,8 +35,12 @@ serves a 7.4 MiB request from an 8 MiB region it does not split, while the whole
 splits a larger one (MobileNetV2's largest Where: 7,733,248 B here, 8,388,608 B per op; at the
 other nodes where the running maximum rises the two agree).
 
-The runs stop at `time_limit_s` (ONNX Runtime's `terminate` run option), leaving no figures; a
-CPU session is not started when the host's available memory cannot hold the step.
+A measurement is not started when its estimated cost (planner.profile.graph_workspace_cost:
+drawing the inputs and building the session cannot be interrupted) does not fit `time_limit_s`,
+nor a CPU session when the host's available memory cannot hold the step; the runs are stopped in
+time for the slowest op to end by the limit (ONNX Runtime's `terminate` run option, checked
+between nodes). Each leaves no figures, and the plan reserves a conservative bound from the
+ops' shapes instead (planner.profile.workspace_bound), saying so in its notes.
 """
 
 from __future__ import annotations
@@ -58,10 +62,12 @@ from planner.ir.graph import Graph
 from planner.profile.cache import ProfileCache, default_cache_path
 from planner.profile.costs import measured_as
 from planner.profile.devices import Device, create_session, parse_device
+from planner.profile.graph_workspace_cost import measurement_cost
 from planner.profile.inputs import graph_input_values
 from planner.profile.machine import cpu_model, fingerprint, gpu_name
 from planner.profile.op_runner import BoundSession, kernel_events, workspace_from_event
 from planner.profile.workspace import device_workspace, set_workspace
+from planner.profile.workspace_bound import op_scratch_bound
 from schemas.plan import Plan
 
 # Runs of the session: the first lays out ONNX Runtime's memory pattern, the second is read.
@@ -119,7 +125,8 @@ def _bound(session: ort.InferenceSession, graph: Graph, device: Device,
 
 
 def _run(bound: BoundSession, time_limit_s: float | None) -> None:
-    """RUNS runs of `bound`, stopped by ONNX Runtime (an exception) once `time_limit_s` pass."""
+    """RUNS runs of `bound`, stopped by ONNX Runtime (an exception) once `time_limit_s` pass
+    (at the end of the node running then)."""
     options = ort.RunOptions()
     timer = None
     if time_limit_s is not None and time_limit_s <= 0:
@@ -179,10 +186,12 @@ def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
                             live_bytes: int = 0) -> GraphWorkspace:
     """Each op's scratch on `device` from one session of the whole graph, run RUNS times on
     `values` (graph input id -> value; generated as the profiler generates them when None).
-    A device that cannot run the graph, runs that pass `time_limit_s`, or a CPU session that
-    would not fit in the host's available memory with `live_bytes` of intermediates (a planning
-    machine smaller than the training one: the process would be killed, not refused), give a
-    GraphWorkspace with the reason and no figures."""
+    A device that cannot run the graph, a measurement whose estimated cost does not fit
+    `time_limit_s` (on a GPU only its setup is priced: the CPU's roofline says nothing of its
+    runs), runs stopped to end by `time_limit_s`, or a CPU session that would not fit in the
+    host's available memory with `live_bytes` of intermediates (a planning machine smaller than
+    the training one: the process would be killed, not refused), give a GraphWorkspace with the
+    reason and no figures."""
     started = time.perf_counter()
     if graph.proto is None:  # a node-link graph (planner.ir.graph_json): no model to run
         return GraphWorkspace(device.name, reason="no ONNX model behind the graph")
@@ -191,6 +200,12 @@ def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
     if available is not None and needed > available:
         return GraphWorkspace(device.name, reason=f"the session needs at least {needed} B of "
                                                   f"host memory, {available} B are available")
+    cost = measurement_cost(graph, threads, draw_inputs=values is None)
+    estimate = cost.setup_s if device.is_gpu else cost.total(RUNS)
+    if time_limit_s is not None and estimate > time_limit_s:
+        return GraphWorkspace(device.name, reason=(
+            f"estimated to take {estimate:.1f} s ({cost.setup_s:.1f} s for inputs and session, "
+            f"{RUNS} runs of {cost.step_s:.1f} s), {max(0.0, time_limit_s):.1f} s left"))
     feeds = graph_input_values(graph) if values is None else values
     with tempfile.TemporaryDirectory(prefix="arenaplan-workspace-") as scratch_dir:
         try:
@@ -200,7 +215,9 @@ def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
             return GraphWorkspace(device.name, reason=f"no session on {device.name}: "
                                                       f"{_first_line(exc)}")
         try:
-            left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - started)
+            left = None if time_limit_s is None else (
+                time_limit_s - (time.perf_counter() - started)
+                - (0.0 if device.is_gpu else cost.longest_op_s))  # the node running at a stop
             _run(_bound(session, graph, device, feeds), left)
         except Exception as exc:  # noqa: BLE001 - terminated, or an op that fails to run
             session.end_profiling()
@@ -261,9 +278,14 @@ def _from_json(device: str, text: str) -> GraphWorkspace:
                           float(data["seconds"]), bool(data["loose"]), cached=True)
 
 
-def _note(found: GraphWorkspace, reserved: int) -> str:
-    if not found.measured:
+def _note(found: GraphWorkspace, reserved: int, has_model: bool) -> str:
+    if not found.measured and not has_model:
         return f"workspace: not measured ({found.reason}); 0 B reserved for kernel scratch"
+    if not found.measured:
+        return (f"workspace: not measured ({found.reason}); {reserved} B reserved for kernel "
+                "scratch, a conservative bound from the ops' shapes (twice an op's largest "
+                "operand or convolution column buffer, rounded up to a power of two, for op "
+                "types that may take scratch: planner.profile.workspace_bound)")
     bound = ("; an upper bound: the first run's peak carried over" if found.loose else "")
     cached = ", from the profile cache" if found.cached else ""
     return (f"workspace: {reserved} B reserved for kernel scratch, measured without a profile "
@@ -285,12 +307,22 @@ def _with_note(plan: Plan, device: str, note: str) -> Plan:
 def with_graph_workspace(graph: Graph, plan: Plan, threads: int = 1,
                          time_limit_s: float | None = None) -> Plan:
     """`plan` with every device's `workspace_bytes` from whole-graph sessions (within
-    `time_limit_s`), and a note per device saying how it was obtained (or why it was not)."""
+    `time_limit_s`), else from the ops' shape bound (planner.profile.workspace_bound; a graph
+    with no ONNX model behind it runs no kernels and reserves 0), and a note per device saying
+    how it was obtained (or why it was not measured)."""
     found = graph_workspaces(graph, [d.device for d in plan.devices], threads, time_limit_s,
                              live_bytes=sum(d.arena_bytes for d in plan.devices))
-    reserved = device_workspace(
-        graph, plan, lambda op_id, device: found[measured_as(device)].scratch.get(op_id, 0))
+    has_model = graph.proto is not None
+
+    def scratch_of(op_id: int, device: str) -> int:
+        measured = found[measured_as(device)]
+        if measured.measured or not has_model:
+            return measured.scratch.get(op_id, 0)
+        return op_scratch_bound(graph, graph.ops[op_id], device)
+
+    reserved = device_workspace(graph, plan, scratch_of)
     plan = set_workspace(plan, reserved)
     for d in plan.devices:
-        plan = _with_note(plan, d.device, _note(found[measured_as(d.device)], reserved[d.device]))
+        plan = _with_note(plan, d.device, _note(found[measured_as(d.device)], reserved[d.device],
+                                                has_model))
     return plan

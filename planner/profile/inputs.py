@@ -31,6 +31,10 @@ _PASS_THROUGH = frozenset({
     "Slice", "Concat", "Tile", "Gather", "GatherElements", "Split", "Where",
 })
 _ALL_POSITIONS = frozenset({"Concat"})
+# Float types numpy draws directly (a GPT-2-small step's 1.4 GB of float32 inputs: 0.4 s instead
+# of 3.4 s through float64 on the development machine; the whole-graph workspace measurement
+# cannot be stopped while they are drawn).
+_DIRECT_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _WHERE_POSITIONS = (1, 2)
 # op type -> positional input that holds indices, and how to find the exclusive upper bound.
 _INDEX_INPUTS = {
@@ -89,6 +93,11 @@ def generate_value(graph: Graph, t: int, rng: np.random.Generator) -> np.ndarray
         high = 4 if high is None else high
         high = max(1, min(high, int(np.iinfo(dtype).max)))
         return rng.integers(0, high, size=shape, dtype=dtype)
+    if dtype in _DIRECT_FLOATS:  # drawn in their own precision: 10x faster than via float64
+        value = rng.random(shape, dtype=dtype)
+        value *= 0.9
+        value += 0.1
+        return value
     if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
         return rng.uniform(0.1, 1.0, size=shape).astype(dtype)
     raise InvalidInputError(

@@ -7,32 +7,45 @@ Runtime session measures every op's scratch (planner.profile.graph_workspace).
   in its notes how it was obtained (before: 0 reserved, nothing said).
 - A measurement is kept in the profile cache and a second plan of the same graph takes it from
   there (GPT-2-small's takes 16 s and gigabytes); another thread count is measured again.
-- Runs stop when the time given is spent; a GPU this machine cannot run, or a graph with no ONNX
-  model behind it (node-link JSON), is named in the plan's notes, not raised.
+- A measurement whose estimated cost does not fit the time given is not started, and runs
+  stop when the time is spent; a GPU this machine cannot run, or a graph with no ONNX model
+  behind it (node-link JSON), is named in the plan's notes, not raised.
+- A profile-less plan whose share of the time limit cannot pay for the measurement keeps its
+  limit and reserves the conservative shape bound (planner.profile.workspace_bound), saying so:
+  before, it waited for inputs it could not use and reserved 0 B (GPT-2-small, `--time-limit
+  5`: 8.9 s).
 """
 
 from __future__ import annotations
 
 import random
+import time
 from functools import cache
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from planner.ir.graph import load_graph
 from planner.ir.graph_json import graph_from_node_link
 from planner.pipeline import plan_graph, plan_model
 from planner.profile import QUICK_POLICY, profile_graph
-from planner.profile.devices import Device, cuda_really_available
+from planner.profile.devices import Device, create_session, cuda_really_available
 from planner.profile.graph_workspace import (
+    RUNS,
+    _bound,
+    _run,
     available_host_bytes,
     graph_workspaces,
     measure_graph_workspace,
     node_ops,
 )
+from planner.profile.graph_workspace_cost import measurement_cost
+from planner.profile.inputs import graph_input_values
 from schemas.plan import PlanRequest
 from tests.support.chains import chain_json
 from tests.support.fixture_zoo import inputs_path, model_path
+from tests.support.onnx_builders import make_model, value
 
 NAME = "cnn_bn_momentum"
 pytestmark = pytest.mark.usefixtures("private_profile_cache")
@@ -86,10 +99,41 @@ def test_a_measurement_is_kept_in_the_profile_cache(tmp_path, monkeypatch):
     assert not graph_workspaces(unet, ["cpu"], threads=2)["cpu"].cached
 
 
-def test_runs_stop_when_no_time_is_left():
+def test_a_measurement_that_cannot_fit_its_time_is_not_started():
     found = measure_graph_workspace(graph(NAME), Device("cpu"), time_limit_s=0)
     assert not found.measured and found.scratch == {}
-    assert "terminate" in found.reason
+    assert found.reason.startswith("estimated to take") and "0.0 s left" in found.reason
+
+
+def test_runs_stop_when_no_time_is_left():
+    g = graph(NAME)
+    session = create_session(g.proto, Device("cpu"), 1)
+    with pytest.raises(Exception, match="terminate"):
+        _run(_bound(session, g, Device("cpu"), graph_input_values(g)), 0)
+
+
+def slow_matmul_where(n: int = 4096):
+    """z = Where(c, x @ w, x): one 137-GFLOP MatMul (estimated at 7 s a run on one thread) and a
+    Where, the one op here that may take scratch on the CPU (twice its 64 MiB operands)."""
+    f = TensorProto.FLOAT
+    return make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]),
+         helper.make_node("Where", ["c", "y", "x"], ["z"])],
+        [value("x", [n, n]), value("w", [n, n]), value("c", [n, n], TensorProto.BOOL)],
+        [value("z", [n, n], f)])
+
+
+def test_a_short_limit_keeps_its_clock_and_reserves_the_stated_bound():
+    limit = 2.0
+    model = slow_matmul_where()
+    assert measurement_cost(load_graph(model)).total(RUNS) > 5 * limit  # could never fit
+    started = time.perf_counter()
+    plan = plan_model(model, PlanRequest(budgets={"cpu": 2**40}, time_limit_s=limit))
+    assert time.perf_counter() - started <= limit * 1.05 + 1  # issue 14 item 4
+    assert plan.request.profile is None
+    assert plan.devices[0].workspace_bytes == 2 * 4096 * 4096 * 4  # the Where's bound
+    (note,) = [n for report in plan.solvers for n in report.notes if n.startswith("workspace:")]
+    assert "not measured (estimated to take" in note and "conservative bound" in note
 
 
 @pytest.mark.skipif(available_host_bytes() is None, reason="no MemAvailable on this OS")
