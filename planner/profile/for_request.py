@@ -20,9 +20,11 @@ from schemas.profile import CopyFit, Profile
 
 
 def profile_for(graph: Graph, request: PlanRequest,
-                notify: Callable[[str, dict], None]) -> Profile:
-    """The request's profile, else one measured now (CPU: quick timing policy, cached), with
-    the extra host arenas among its budgets (`with_host_arenas`). `notify("profile", ...)` is
+                notify: Callable[[str, dict], None], time_limit_s: float | None = None
+                ) -> Profile:
+    """The request's profile, else one measured now (CPU: quick timing policy, cached; ops not
+    measured within `time_limit_s` get labelled estimates, planner.profile.runner), with the
+    extra host arenas among its budgets (`with_host_arenas`). `notify("profile", ...)` is
     called before measuring."""
     devices = list(request.budgets)
     profile = request.profile
@@ -30,7 +32,8 @@ def profile_for(graph: Graph, request: PlanRequest,
         measured = list(dict.fromkeys(measured_as(d) for d in devices))
         notify("profile", {"devices": measured})
         try:
-            profile = profile_graph(graph, measured, policy=QUICK_POLICY)
+            profile = profile_graph(graph, measured, policy=QUICK_POLICY,
+                                    time_limit_s=time_limit_s)
         except InvalidInputError as exc:
             gpus = [d for d in measured if d != "cpu"]
             if gpus:

@@ -5,6 +5,12 @@ persistent cache; for the rest, capture real input values once (planner.profile.
 measure each distinct op signature once per device (planner.profile.op_runner); give ops that no
 device can run a labelled roofline estimate; measure copy costs between devices; assemble the
 `schemas.profile.Profile`.
+
+With a time limit, measuring stops when it is spent: the capture (one whole-graph run, which
+cannot be stopped) is not started when its estimated cost (planner.profile.graph_workspace_cost)
+does not fit, and no op is measured whose timing cap would pass the deadline. What is left
+unmeasured gets the same labelled roofline estimate, with the conservative scratch bound of
+planner.profile.workspace_bound as its workspace, and is not cached.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from planner.profile import estimate
 from planner.profile.cache import CachedCost, CacheKey, ProfileCache, default_cache_path
 from planner.profile.copies import DEFAULT_SIZES, measure_copies
 from planner.profile.devices import Device, check_device, parse_devices
+from planner.profile.graph_workspace_cost import measurement_cost
 from planner.profile.inputs import capture_values
 from planner.profile.machine import describe_machine, fingerprint
 from planner.profile.op_runner import kernel_clock, measure_op, run_overhead
 from planner.profile.progress import ProgressCallback, ProgressEvent
 from planner.profile.signature import op_signature
 from planner.profile.timing import DEFAULT_POLICY, TimingPolicy
+from planner.profile.workspace_bound import op_scratch_bound
 from schemas.profile import (
     CacheStats,
     MachineInfo,
@@ -89,15 +97,18 @@ def profile_graph(
     policy: TimingPolicy = DEFAULT_POLICY,
     rooflines: Mapping[str, Roofline] | None = None,
     copy_sizes: Sequence[int] = DEFAULT_SIZES,
+    time_limit_s: float | None = None,
 ) -> Profile:
     """Measure every op of `graph` on every device in `devices` ("cpu", "cuda:N").
 
     `inputs` gives values for graph inputs by name (the rest are generated); `cache` is
     "default" (the user's cache file), a path, an open ProfileCache, or None for no caching;
     `progress` receives ProgressEvents; `rooflines` (device -> Roofline) configures the
-    analytical fallback instead of measuring it.
+    analytical fallback instead of measuring it; `time_limit_s` stops the measuring of ops
+    (those left get the analytical fallback, labelled "estimated").
     """
     started = time.perf_counter()
+    deadline = None if time_limit_s is None else started + time_limit_s
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise InvalidInputError(f"threads must be a positive integer, got {threads!r}")
     given = _validate_inputs(inputs)
@@ -112,11 +123,12 @@ def profile_graph(
                                    time.perf_counter() - started))
 
     try:
-        entries = _measure_all(graph, targets, machine, store, given, threads, policy, report)
+        entries = _measure_all(graph, targets, machine, store, given, threads, policy, report,
+                               deadline)
         stats, profiles = entries
-        if any(not p.costs for p in profiles):
+        if any(_missing(p, targets) for p in profiles):
             roofs = _rooflines(targets, machine, store, threads, rooflines or {})
-            _estimate_unrunnable(graph, profiles, roofs)
+            _estimate_missing(graph, profiles, targets, roofs)
         else:
             roofs = {}
         report("copies", 0, 1)
@@ -138,24 +150,31 @@ def profile_graph(
             min_repeats=policy.min_repeats, max_repeats=policy.max_repeats,
             rel_tolerance=policy.rel_tolerance, max_seconds_per_op=policy.max_seconds_per_op,
         ),
-        cache=CacheStats(path=str(store.path) if store is not None else None, **stats),
+        cache=CacheStats(path=str(store.path) if store is not None else None,
+                         hits=stats["hits"], misses=stats["misses"],
+                         deduplicated=stats["deduplicated"]),
         total_seconds=time.perf_counter() - started,
     )
+    unmeasured = f", {stats['unmeasured']} left to estimates: out of time" if stats[
+        "unmeasured"] else ""
     report("done", 1, 1, f"{len(graph.ops)} ops on {', '.join(profile.devices)} in "
            f"{profile.total_seconds:.1f}s ({stats['hits']} cache hits, {stats['misses']} "
-           "measured)", stats["hits"])
+           f"measured{unmeasured})", stats["hits"])
     return profile
 
 
 def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
                  store: ProfileCache | None, given: dict[str, np.ndarray] | None, threads: int,
-                 policy: TimingPolicy, report: Callable[..., None],
+                 policy: TimingPolicy, report: Callable[..., None], deadline: float | None,
                  ) -> tuple[dict[str, int], list[OpProfile]]:
+    """The cached and newly measured costs of every (op, device), and the counts of cache hits,
+    measurements, signatures measured once for several ops and ops left unmeasured (out of
+    time: no entry for that device)."""
     signatures = [op_signature(graph, op) for op in graph.ops]
     fingerprints = {d.name: device_fingerprint(machine, d) for d in targets}
     profiles = [OpProfile(op_id=op.id, name=op.name, op_type=op.op_type) for op in graph.ops]
     total = len(graph.ops) * len(targets)
-    hits = misses = deduplicated = 0
+    hits = misses = deduplicated = unmeasured = 0
     pending: list[tuple[Op, Device, CacheKey]] = []
 
     def record(op: Op, device: Device, cost: CachedCost, cached: bool) -> None:
@@ -177,6 +196,8 @@ def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
                 hits += 1
                 record(op, device, found, cached=True)
     report("ops", hits, total, "cache lookups", hits)
+    if pending and not _capture_fits(graph, threads, given is None, deadline):
+        return {"hits": hits, "misses": 0, "deduplicated": 0, "unmeasured": len(pending)}, profiles
     if pending:
         report("capture", 0, 1, "running the whole graph once for real inputs")
         values = capture_values(graph, given, threads)
@@ -190,6 +211,10 @@ def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
                 if memo_key in memo:
                     deduplicated += 1
                     record(op, device, memo[memo_key], cached=False)
+                elif deadline is not None and (time.perf_counter() + policy.max_seconds_per_op
+                                               >= deadline):  # its timing could overrun
+                    unmeasured += 1
+                    continue
                 else:
                     result = measure_op(graph, op, values, device, threads, policy,
                                         overheads[device.name], scratch)
@@ -205,7 +230,27 @@ def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
                     record(op, device, cost, cached=False)
                 report("ops", hits + done, total, f"{op.op_type} {op.name} on {device.name}",
                        hits)
-    return {"hits": hits, "misses": misses, "deduplicated": deduplicated}, profiles
+    return {"hits": hits, "misses": misses, "deduplicated": deduplicated,
+            "unmeasured": unmeasured}, profiles
+
+
+def _capture_fits(graph: Graph, threads: int, draw_inputs: bool, deadline: float | None
+                  ) -> bool:
+    """Whether the whole-graph run that captures every op's inputs, which cannot be stopped, is
+    estimated to end before `deadline` (no deadline: it always fits)."""
+    if deadline is None:
+        return True
+    cost = measurement_cost(graph, threads, draw_inputs)
+    return time.perf_counter() + cost.total(1) <= deadline
+
+
+def _missing(entry: OpProfile, targets: Sequence[Device]) -> list[str]:
+    """The devices an op has neither a cost nor an unsupported reason for (not measured in
+    time), or all of them for an op no device can run."""
+    if not entry.costs:
+        return [d.name for d in targets]
+    return [d.name for d in targets
+            if d.name not in entry.costs and d.name not in entry.unsupported]
 
 
 def _rooflines(targets: list[Device], machine: MachineInfo, store: ProfileCache | None,
@@ -228,15 +273,16 @@ def _rooflines(targets: list[Device], machine: MachineInfo, store: ProfileCache 
     return roofs
 
 
-def _estimate_unrunnable(graph: Graph, profiles: list[OpProfile],
-                         roofs: Mapping[str, Roofline]) -> None:
-    """Ops that no device can run get a roofline estimate on every device, labelled as such."""
+def _estimate_missing(graph: Graph, profiles: list[OpProfile], targets: Sequence[Device],
+                      roofs: Mapping[str, Roofline]) -> None:
+    """Ops that no device can run get a roofline estimate on every device, ops not measured in
+    time on the devices they lack, labelled as such, with the conservative scratch bound."""
     for entry in profiles:
-        if entry.costs:
-            continue
         op = graph.ops[entry.op_id]
-        for device_name, roof in roofs.items():
+        for device_name in _missing(entry, targets):
             entry.costs[device_name] = OpCost(
-                source="estimated", median_seconds=estimate.estimate_seconds(graph, op, roof),
-                spread_seconds=0.0, repeats=0, workspace_bytes=0,
+                source="estimated",
+                median_seconds=estimate.estimate_seconds(graph, op, roofs[device_name]),
+                spread_seconds=0.0, repeats=0,
+                workspace_bytes=op_scratch_bound(graph, op, device_name),
             )

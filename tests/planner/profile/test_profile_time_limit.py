@@ -1,0 +1,43 @@
+"""The per-op profiler keeps a time limit (issue 14 item 4: a request's profile is one of its
+phases): ops it has no time to measure get labelled roofline estimates with the conservative
+scratch bound (planner.profile.workspace_bound), and only what was measured is cached. Before,
+a cold profile ran to the end whatever the request's limit (MobileNetV2: 11-15 s of a 10 s
+request)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from planner.ir.graph import load_graph
+from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.cache import ProfileCache
+from planner.profile.workspace_bound import op_scratch_bound
+from tests.support.fixture_zoo import model_path
+
+pytestmark = pytest.mark.usefixtures("private_profile_cache")
+
+
+def test_no_time_leaves_every_op_estimated_with_its_scratch_bound():
+    g = load_graph(model_path("cnn_bn_momentum"))
+    profile = profile_graph(g, cache=None, policy=QUICK_POLICY, time_limit_s=0)
+    costs = [o.costs["cpu"] for o in profile.ops]
+    assert all(c.source == "estimated" and c.repeats == 0 for c in costs)
+    assert [c.workspace_bytes for c in costs] == [op_scratch_bound(g, op, "cpu") for op in g.ops]
+    assert max(c.workspace_bytes for c in costs) > 0  # its Where and Conv ops
+    assert profile.cache.misses == 0
+
+
+def test_a_short_limit_measures_what_fits_and_caches_only_that(tmp_path):
+    g = load_graph(model_path("resnet18_narrow"))  # cold: about 3 s with the quick policy
+    limit = 1.0
+    with ProfileCache(tmp_path / "cache.sqlite") as cache:
+        started = time.perf_counter()
+        profile = profile_graph(g, cache=cache, policy=QUICK_POLICY, time_limit_s=limit)
+        elapsed = time.perf_counter() - started
+        sources = [o.costs["cpu"].source for o in profile.ops]
+        assert "measured" in sources and "estimated" in sources
+        assert elapsed < limit + 1.5  # the last op's timing cap, the roofline, the copies
+        again = profile_graph(g, cache=cache, policy=QUICK_POLICY, time_limit_s=0)
+    assert again.cache.hits == sources.count("measured")  # every measured op, nothing else
