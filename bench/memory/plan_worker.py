@@ -8,9 +8,10 @@ Run as a script in a fresh process whose import path starts with TREE, so that t
 measures the current tree and a checkout of an older commit (it uses only the planner API both
 have: load_graph, liveness, plan_graph, min_budget). Prints one JSON line. `plan`: the
 file-order peak and the op-footprint bound of planner.memory.liveness and the keep-everything
-plan (one cpu budget large enough for everything) with its arena, persistent bytes and
-per-phase solver seconds. `min-budget`: planner.queries.min_budget under the time limit (apart,
-because it can take long: the caller gives it a timeout of its own). `--optimization` plans ONNX
+plan (one cpu budget large enough for everything) with its arena, persistent bytes, the
+order phase's bound and gap, and per-phase solver seconds. `min-budget`:
+planner.queries.min_budget under the time limit (apart, because it can take long: the caller
+gives it a timeout of its own). `--optimization` plans ONNX
 Runtime's rewrite of the model (what `arenaplan plan` plans by default; trees from before that
 option only plan the model as sent).
 """
@@ -48,8 +49,12 @@ def keep_everything(graph, time_limit: float) -> dict:
     row["live_bytes_bound"] = device.lower_bound_bytes
     row["persistent_bytes"] = device.persistent_bytes
     row["phases"] = [{"phase": s.phase, "method": s.method, "status": s.status,
-                      "seconds": s.seconds} for s in plan.solvers]
+                      "bound": s.bound, "gap": s.gap, "seconds": s.seconds}
+                     for s in plan.solvers]
     row["order_seconds"] = sum(s.seconds for s in plan.solvers if s.phase == "order")
+    order = next((s for s in plan.solvers if s.phase == "order"), None)
+    row["order_bound"], row["order_gap"] = (None, None) if order is None else (order.bound,
+                                                                             order.gap)
     return row
 
 

@@ -42,7 +42,7 @@ from typing import Literal
 from planner.ir.graph import Graph
 from planner.memory.liveness import check_order, lifetimes, order_lower_bound
 from planner.order.control_edges import early_update_edges
-from planner.order.floor import keep_everything_floor
+from planner.order.floor import fewest_live_bytes, keep_everything_floor
 from planner.order.heuristics import QUICK_ORDERS, levelize
 from planner.order.olla_ilp import (
     count_variables,
@@ -63,6 +63,9 @@ WHOLE_GRAPH_SHARE = 0.5
 # with margin): a shorter share leaves CP-SAT nothing, and a 2 s request on that chain paid it.
 MODEL_BUILD_S_PER_OP = 25e-6
 WINDOW_FLOOR_S = 0.25
+# The keep-everything floor examines ops until this many seconds have passed (a floor cut short
+# is still a valid bound; the bench models need a handful of max-flows, well within it).
+FLOOR_LIMIT_S = 0.3
 
 # Why ordering stopped: only the quick orders were asked for; one met the lower bound; the best
 # order's peak is within `enough_bytes`; the exact phases ran (to a proof or the time limit).
@@ -164,7 +167,7 @@ class _Search:
         started = time.perf_counter()
         orders: dict[str, list[int]] = {}
         peaks: dict[str, int] = {}
-        best: tuple[int, tuple[int, ...]] | None = None  # the lowest peak and its live curve
+        curves: dict[str, tuple[int, ...]] = {}  # live bytes per step
         for name, make in QUICK_ORDERS.items():
             if orders and time.perf_counter() > deadline:
                 break
@@ -172,20 +175,21 @@ class _Search:
             if made is None:
                 continue
             orders[name] = made
-            live = lifetimes(graph, made)
-            peaks[name] = live.peak
-            if best is None or live.peak < best[0]:
-                best = (live.peak, live.live_bytes)
+            curves[name] = lifetimes(graph, made).live_bytes
+            peaks[name] = max(curves[name], default=0)
         base = min(peaks, key=peaks.__getitem__)
-        moved = (shrink_early(graph, orders[base], best[1])
-                 if best is not None and time.perf_counter() <= deadline else None)
+        moved = (shrink_early(graph, orders[base], curves[base])
+                 if time.perf_counter() <= deadline else None)
         if moved is not None:
             orders["shrink_early"] = moved
-            peaks["shrink_early"] = lifetimes(graph, moved).peak
+            curves["shrink_early"] = lifetimes(graph, moved).live_bytes
+            peaks["shrink_early"] = max(curves["shrink_early"], default=0)
         lower = order_lower_bound(graph)
         notes: list[str] = []
-        if best is not None and best[0] > lower and time.perf_counter() <= deadline:
-            floor = keep_everything_floor(graph, orders[base], best[1], deadline=deadline)
+        if min(peaks.values()) > lower and time.perf_counter() <= deadline:
+            upper = fewest_live_bytes(graph, ((orders[n], curves[n]) for n in orders))
+            floor = keep_everything_floor(
+                graph, upper, deadline=min(deadline, time.perf_counter() + FLOOR_LIMIT_S))
             lower = max(lower, floor.bytes)
             if not floor.exact:
                 notes.append(f"keep-everything floor cut short after {floor.cuts} max-flows")

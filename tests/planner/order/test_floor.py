@@ -12,7 +12,7 @@ import pytest
 from planner.ir.graph import load_graph
 from planner.memory.liveness import lifetimes, order_lower_bound
 from planner.order import optimize_order
-from planner.order.floor import _Cuts, keep_everything_floor
+from planner.order.floor import _Cuts, fewest_live_bytes, keep_everything_floor
 from planner.order.heuristics import QUICK_ORDERS
 from tests.support.fixture_zoo import model_path
 from tests.support.onnx_builders import random_dag
@@ -55,9 +55,13 @@ def test_no_op_of_any_quick_order_holds_fewer_bytes_than_its_cut(name, optimizat
             continue
         live = lifetimes(graph, order).live_bytes
         assert all(at[op] <= live[k] for k, op in enumerate(order))
-    floor = keep_everything_floor(graph)
+    floor = keep_everything_floor(graph)  # ranked by the file order's bytes
     assert floor.exact and floor.bytes == max(max(at.values()), order_lower_bound(graph))
     assert floor.bytes > floor.persistent
+    orders = [order for make in QUICK_ORDERS.values() if (order := make(graph)) is not None]
+    upper = fewest_live_bytes(graph, [(o, lifetimes(graph, o).live_bytes) for o in orders])
+    ranked = keep_everything_floor(graph, upper)
+    assert ranked.exact and ranked.bytes == floor.bytes and ranked.cuts <= floor.cuts
 
 
 def test_a_search_cut_short_still_gives_a_floor():
