@@ -221,9 +221,10 @@ def measure_graph_workspace(graph: Graph, device: Device, threads: int = 1,
             _run(_bound(session, graph, device, feeds), left)
         except Exception as exc:  # noqa: BLE001 - terminated, or an op that fails to run
             session.end_profiling()
+            limit = "none" if time_limit_s is None else f"{time_limit_s:.1f} s"
             return GraphWorkspace(device.name, seconds=time.perf_counter() - started,
                                   reason=f"the graph did not run on {device.name} (time limit "
-                                         f"{time_limit_s} s): {_first_line(exc)}")
+                                         f"{limit}): {_first_line(exc)}")
         events = kernel_events(session.end_profiling())
     scratch, loose = _read(events, device, node_ops(graph))
     return GraphWorkspace(device.name, scratch, time.perf_counter() - started, loose)
