@@ -341,6 +341,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="skip the fixture graphs' plans")
     parser.add_argument("--no-plans", action="store_true",
                         help="skip planning the bench-scale models")
+    parser.add_argument("--only", default="", metavar="KINDS",
+                        help="comma-separated kinds of instances to run (fixture, trace, tight, "
+                             "training, remat); default all. Write a subset with --out-dir "
+                             "elsewhere: the results files hold what was run")
     parser.add_argument("--plan-time-limit", type=float, default=60.0,
                         help="time limit of each bench-scale model's plan (default 60)")
     args = parser.parse_args(argv)
@@ -350,8 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = tuple(range(1, args.tight_seeds + 1))
         instances = (trace_instances() + synthetic_instances(seeds=seeds) + training_instances()
                      + remat_instances())
-    if not args.no_fixtures:
+    kinds = set(args.only.split(",")) if args.only else None
+    if not args.no_fixtures and (kinds is None or "fixture" in kinds):
         instances = fixture_instances() + instances
+    if kinds is not None:
+        instances = [inst for inst in instances if inst.kind in kinds]
     rows = run_bench(instances, time_limit=args.time_limit, workers=args.workers, seed=args.seed)
     plans = [] if args.quick or args.no_plans else plan_rows(args.plan_time_limit)
     settings = {

@@ -14,10 +14,27 @@ Ideas from MiniMalloc (Moffitt, ASPLOS 2023), written anew for this instance for
 - forced moves and dominance: when no buffer can sit at the lowest floor, the floor rises to the
   lowest place anything can still go (no choice); buffers with the same lifetime end, size and
   alignment are interchangeable, so only the first of them is tried at a node.
+- unallocated floors (MiniMalloc's section inference with the floors of the unplaced buffers):
+  an unplaced buffer cannot sit below the highest floor among its sections, so in every section
+  the unplaced buffers sit at or above the lowest of those; if that lowest place plus their
+  sizes exceeds the capacity, the node is a dead end (`_State.dead_end`). Exact: it only reads
+  what the floors already forbid.
+- exact tiling of basins: a plateau of equal floors with higher floors (or nothing left) on
+  both sides, where no section has slack, must have its bottom covered, section after section,
+  by buffers sitting right on it and lying inside it: a chain of unplaced buffers whose
+  lifetimes tile the plateau exactly. No chain, dead end (exact, `_State.untileable`).
+- fail first: the node works at the plateau of that kind with the fewest buffers that can sit
+  on it (one: a forced move) when that is fewer than at the lowest floor; at such a plateau,
+  as at the lowest floor, whatever covers its left end sits on it and starts there, so
+  branching over those buffers loses no layout (`_State.pick`).
 - backjumping: a dead end depends only on the sections its checks read; the search returns to
   the last move that changed one of them (see `canonical_layout`).
 
-Depth-first under a node budget, in both directions of time (`canonical_portfolio`). When
+Depth-first under a node budget, in both directions of time and with several orders of the
+buffers that start together (`canonical_portfolio`): on the tight synthetic instances of the
+layout bench the search either finds a layout within a few thousand moves or wanders for
+hundreds of thousands, and which order finds it in few moves varies from one instance to the
+next (heavy tails), so short runs of several orders beat one long run. When
 buffers could sit at the lowest floor but all of them led to dead ends, leaving that floor
 empty raises it to the next height around it, which is not exhaustive: the search finds
 layouts, it never proves that none exists (the CP-SAT model does, planner.layout.exact).
@@ -40,6 +57,35 @@ _INF = np.iinfo(np.int64).max // 4
 DIRECTIONS = ("reversed", "forward")
 
 
+# orders of the buffers that start in one section (the candidates' order): longest lifetime
+# first (nested forward/backward lifetimes stack as a pyramid, real traces), largest area, largest
+# size, shortest lifetime; each then by the other keys and input order
+ORDERS = ("longest", "area", "largest", "shortest")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One run of the search: its direction of time, its order (`ORDERS`) and whether it
+    uses the inference of `_State.dead_end` and `_State.pick` (``infer``)."""
+
+    direction: str
+    order: str = "longest"
+    infer: bool = False
+
+
+# the members tried on a component in turn. The default: both directions, longest first, no
+# inference (the hot window's searches on real traces: the inference costs about three times
+# the moves' time there, and with it two real traces and the rematerialization traces missed
+# layouts that the plain search finds within their time). The wide portfolio, for a whole
+# component without a hot window (the tight synthetic instances): every order in both
+# directions with the inference, forward and the area order first (the first to find a layout
+# most often on those instances)
+DEFAULT_PORTFOLIO = tuple(Member(direction) for direction in DIRECTIONS)
+WIDE_PORTFOLIO = tuple(Member(direction, order, infer=True)
+                       for direction in ("forward", "reversed")
+                       for order in ("area", "longest", "largest", "shortest"))
+
+
 @dataclass(frozen=True)
 class _Sections:
     """The component's buffers in section coordinates."""
@@ -53,7 +99,8 @@ class _Sections:
     load: np.ndarray  # per section: the sizes of the members covering it
 
 
-def _sections(instance: LayoutInstance, members: np.ndarray, direction: str) -> _Sections:
+def _sections(instance: LayoutInstance, members: np.ndarray, direction: str,
+              order: str = "longest") -> _Sections:
     lower, upper = instance.lower[members], instance.upper[members]
     if direction == "reversed":
         lower, upper = -upper, -lower
@@ -66,9 +113,10 @@ def _sections(instance: LayoutInstance, members: np.ndarray, direction: str) -> 
     np.add.at(delta, first, size)
     np.add.at(delta, end, -size)
     load = np.cumsum(delta)[:k]
-    # candidates longest first (nested forward/backward lifetimes stack as a pyramid), then
-    # largest, then in input order
-    ranked = np.lexsort((np.arange(len(members)), -size, lower - upper, first))
+    index, length = np.arange(len(members)), upper - lower
+    keys = {"longest": (index, -size, -length), "area": (index, -length, -size * length),
+            "largest": (index, -length, -size), "shortest": (index, -size, length)}[order]
+    ranked = np.lexsort((*keys, first))
     starting: list[list[int]] = [[] for _ in range(k)]
     for j in ranked.tolist():
         starting[int(first[j])].append(j)
@@ -89,7 +137,24 @@ class _State:
         self.rem = sec.load.copy()
         # the floor of each section where buffers remain to be placed (else "infinite")
         self.eff = np.where(self.rem > 0, base, _INF).astype(np.int64)
-        self.placed = [False] * len(sec.members)
+        n = len(sec.members)
+        self.placed = [False] * n
+        self.placed_arr = np.zeros(n, dtype=bool)
+        self.first = np.asarray(sec.first, dtype=np.int64)
+        self.end = np.asarray(sec.end, dtype=np.int64)
+        self.steps = np.asarray(sec.step, dtype=np.int64)
+        # each buffer's [first, end) side by side, for one reduceat over all of them
+        self.bounds = np.stack((self.first, self.end), axis=1).ravel()
+        # the buffers covering each section, grouped by section (for one reduceat)
+        spans = self.end - self.first
+        owner = np.repeat(np.arange(n), spans)
+        into = np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
+        covered = self.first[owner] + into
+        by_section = np.argsort(covered, kind="stable")
+        self.cover = owner[by_section]
+        self.cover_start = np.searchsorted(covered[by_section], np.arange(len(sec.load)))
+        # the lowest offset each buffer can take as things stand (`dead_end`), unplaced ones
+        self.low = np.zeros(n, dtype=np.int64)
         self.offset = [0] * len(sec.members)
         self.left = len(sec.members)
         self.why = [0, 0]  # the sections the current node's checks read (backjumping)
@@ -101,6 +166,68 @@ class _State:
     def lowest(self) -> int:
         return int(np.argmin(self.eff))
 
+    def dead_end(self) -> bool:
+        """The unallocated floors or an untileable basin show that nothing fits (module
+        docstring); otherwise ``low`` holds each unplaced buffer's lowest offset."""
+        low = np.maximum.reduceat(np.append(self.eff, 0), self.bounds)[0::2]
+        low = -(-low // self.steps) * self.steps
+        low[self.placed_arr] = _INF
+        self.low = low
+        floor = np.minimum.reduceat(low[self.cover], self.cover_start)
+        if np.any((floor + self.rem > self.capacity) & (self.rem > 0)):
+            return True
+        return self.untileable()
+
+    def _basins(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Plateaus of equal floors, as (starts, ends, is a basin): higher floors or nothing
+        left on both sides, and no slack in any of its sections."""
+        eff = self.eff
+        k = len(eff)
+        change = np.flatnonzero(eff[1:] != eff[:-1]) + 1
+        starts = np.concatenate(([0], change))
+        ends = np.concatenate((change, [k]))
+        level = eff[starts]
+        left = np.concatenate(([_INF], eff[starts[1:] - 1]))
+        right = np.concatenate((eff[ends[:-1]], [_INF]))
+        full = np.minimum.reduceat((eff + self.rem == self.capacity).astype(np.int8), starts)
+        return starts, ends, (level < _INF) & (left > level) & (right > level) & (full > 0)
+
+    def _sitting(self) -> np.ndarray:
+        """Unplaced buffers that can sit on the floor of their first section now."""
+        return ~self.placed_arr & (self.low == self.eff[self.first])
+
+    def untileable(self) -> bool:
+        """A basin whose bottom no chain of buffers sitting on it tiles (module docstring)."""
+        starts, ends, basin = self._basins()
+        if not basin.any():
+            return False
+        run = np.repeat(np.arange(len(starts)), ends - starts)
+        inside = self._sitting() & basin[run[self.first]] & (run[self.first] == run[self.end - 1])
+        nxt: dict[int, list[int]] = {}
+        for j in np.flatnonzero(inside).tolist():
+            nxt.setdefault(int(self.first[j]), []).append(int(self.end[j]))
+        for a, b in zip(starts[basin].tolist(), ends[basin].tolist(), strict=True):
+            reach = {a}
+            for u in range(a, b):
+                if u in reach:
+                    reach.update(nxt.get(u, ()))
+            if b not in reach:
+                return True
+        return False
+
+    def pick(self) -> int:
+        """The section to work at: the lowest (leftmost), or the left end of a basin where
+        fewer buffers can sit (after `dead_end`)."""
+        lowest = int(np.argmin(self.eff))
+        starts, _, basin = self._basins()
+        if not basin.any():
+            return lowest
+        sitting = self._sitting()
+        counts = np.bincount(self.first[sitting], minlength=len(self.eff))
+        left = starts[basin]
+        best = int(left[np.lexsort((left, self.eff[left], counts[left]))[0]])
+        return best if counts[best] < counts[lowest] else lowest
+
     def fits_at(self, j: int, level: int) -> bool:
         sec = self.sec
         if level % sec.step[j]:
@@ -111,6 +238,7 @@ class _State:
         sec = self.sec
         a, b, s = sec.first[j], sec.end[j], sec.size[j]
         self.placed[j] = True
+        self.placed_arr[j] = True
         self.left -= 1
         self.offset[j] = level
         self.rem[a:b] -= s
@@ -120,6 +248,7 @@ class _State:
         sec = self.sec
         a, b, s = sec.first[j], sec.end[j], sec.size[j]
         self.placed[j] = False
+        self.placed_arr[j] = False
         self.left += 1
         self.rem[a:b] += s
         self.eff[a:b] = level
@@ -258,20 +387,23 @@ class _Frame:
 
 def canonical_layout(
     instance: LayoutInstance, members: np.ndarray, *, capacity: int, direction: str,
-    node_limit: int, deadline: float,
+    node_limit: int, deadline: float, order: str = "longest", infer: bool = False,
 ) -> tuple[dict[int, int] | None, bool]:
     """Offsets (units) for the free buffers ``members`` (one time component, no pre-placed
     buffers among or around them) with every end at most ``capacity``, or None if the search
     found none within ``node_limit`` moves or by ``deadline`` (``time.perf_counter()``); and
     whether the search tree was exhausted (in this direction of time).
 
-    A node with no move at all is a dead end caused by the last moves that changed the sections
-    its checks read (``state.why``: the left neighbour and the sections of the buffers starting
-    there); the search jumps back to the latest of those, undoing the moves in between without
-    trying their alternatives: those moves never touched these sections, and until one of them
-    is touched the same dead end recurs.
+    ``order``: the candidates' order (`ORDERS`). With ``infer``, a node that the unallocated
+    floors or an untileable basin show dead (`_State.dead_end`) is one because of the last
+    move (the node before it passed the same checks). A node with no move at all is a dead end
+    caused by the last moves that changed the sections its checks read (``state.why``: the
+    left neighbour and the sections of the buffers starting there); the search jumps back to
+    the latest of those, undoing the moves in between without trying their alternatives: those
+    moves never touched these sections, and until one of them is touched the same dead end
+    recurs.
     """
-    sec = _sections(instance, members, direction)
+    sec = _sections(instance, members, direction, order)
     state = _State(sec, instance.zone_top, capacity)
     if instance.zone_top + int(state.rem.max(initial=0)) > capacity:
         return None, True
@@ -281,12 +413,17 @@ def canonical_layout(
         nodes += 1
         if nodes > node_limit or (nodes % 256 == 0 and time.perf_counter() > deadline):
             return None, False
-        s = state.lowest()
-        level = int(state.eff[s])
-        frame = _Frame(s, level, _candidates(state, s, level))
-        if frame.advance(state):
-            stack.append(frame)
-            continue
+        if infer and state.dead_end():
+            if not stack:
+                return None, True
+            state.why = list(stack[-1].touched(sec))  # the last move made it one
+        else:
+            s = state.pick() if infer else state.lowest()
+            level = int(state.eff[s])
+            frame = _Frame(s, level, _candidates(state, s, level))
+            if frame.advance(state):
+                stack.append(frame)
+                continue
         lo, hi = state.why
         while stack:
             a, b = stack[-1].touched(sec)
@@ -302,14 +439,17 @@ def canonical_layout(
 
 def canonical_portfolio(
     instance: LayoutInstance, members: np.ndarray, *, capacity: int, node_budget: int,
-    deadline: float,
+    deadline: float, portfolio: tuple[Member, ...] = DEFAULT_PORTFOLIO,
 ) -> dict[int, int] | None:
-    """`canonical_layout` in each direction of time (``node_budget`` moves each) until one finds
-    a layout, so that the outcome does not depend on the machine's speed unless ``deadline``
-    (wall clock, a safety net) cuts it short."""
-    for direction in DIRECTIONS:
-        found, _ = canonical_layout(instance, members, capacity=capacity, direction=direction,
-                                    node_limit=node_budget, deadline=deadline)
+    """`canonical_layout` for each member of ``portfolio`` in turn
+    (``node_budget`` moves each) until one finds a layout, so that the outcome does not depend
+    on the machine's speed unless ``deadline`` (wall clock, a safety net) cuts it short."""
+    for member in portfolio:
+        found, _ = canonical_layout(instance, members, capacity=capacity,
+                                    direction=member.direction, node_limit=node_budget,
+                                    deadline=deadline, order=member.order, infer=member.infer)
         if found is not None:
             return found
+        if time.perf_counter() > deadline:
+            break
     return None

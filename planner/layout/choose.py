@@ -27,7 +27,7 @@ import numpy as np
 
 from planner.errors import InfeasibleError, InvalidInputError
 from planner.layout.bounds import live_bound_units
-from planner.layout.canonical import canonical_portfolio
+from planner.layout.canonical import DIRECTIONS, WIDE_PORTFOLIO, canonical_portfolio
 from planner.layout.exact import ExactOptions, decide_component, minimize_component
 from planner.layout.heuristics import HEURISTICS, run_heuristics
 from planner.layout.instance import LayoutInstance, arena_units, build_instance
@@ -70,6 +70,8 @@ _QUICK_GOAL_WHOLE = 0.15
 _CANONICAL_BASE_NODES = 5_000
 _CANONICAL_NODES_PER_BUFFER = 60
 _CANONICAL_SHARE = 0.3
+# the first round of the wide portfolio gets this fraction of each member's moves
+_CANONICAL_ROUND = 4
 
 
 @dataclass
@@ -115,6 +117,22 @@ def _share(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> floa
     return search.remaining() * len(comp) / max(1, sum(len(c) for c in pending))
 
 
+def _canonical_rounds(search: _Search, comp: np.ndarray, goal: int, nodes: int,
+                      deadline: float) -> dict[int, int] | None:
+    """The canonical search over the whole component: every member of the wide portfolio
+    (canonical.py) with a short budget, then again with a longer one; ``nodes`` moves per
+    direction of time in all, as one long run each had before. On the tight synthetic
+    instances a member finds a layout within a few thousand moves or not at all, and which
+    member varies (heavy tails): short runs of all of them first."""
+    share = nodes * len(DIRECTIONS) // len(WIDE_PORTFOLIO)
+    for budget in (share // _CANONICAL_ROUND, share):
+        found = canonical_portfolio(search.instance, comp, capacity=goal, node_budget=budget,
+                                    deadline=deadline, portfolio=WIDE_PORTFOLIO)
+        if found is not None or time.perf_counter() > deadline:
+            return found
+    return None
+
+
 def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
             quick: bool = False) -> str:
     """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN". The hot
@@ -149,8 +167,11 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
         if int(comp[0]) in search.windowed:
             canonical_seconds = min(canonical_seconds, _QUICK_GOAL_WHOLE * _WINDOWED_SECONDS)
             nodes = int(nodes * _GOAL_EFFORT)
-        found = canonical_portfolio(search.instance, comp, capacity=goal, node_budget=nodes,
-                                    deadline=started + canonical_seconds)
+        if int(comp[0]) in search.windowed:
+            found = canonical_portfolio(search.instance, comp, capacity=goal, node_budget=nodes,
+                                        deadline=started + canonical_seconds)
+        else:
+            found = _canonical_rounds(search, comp, goal, nodes, started + canonical_seconds)
         if found is not None:
             search.accept(found)
             search.solved_by["canonical"] += 1

@@ -53,10 +53,10 @@ def brute_force_arena(buffers: list[Buffer], alignment: int = 64) -> int:
     return best or 0
 
 
-def tight_buffers(n: int, seed: int, *, capacity_units: int = 64, horizon: int = 40,
-                  unit: int = 64) -> list[Buffer]:
-    """``n`` buffers cut out of a time x address rectangle: 100% packed at every step, so the
-    optimum arena is exactly ``capacity_units * unit`` (guillotine cuts, then shuffled)."""
+def tight_rects(n: int, seed: int, *, capacity_units: int = 64,
+                horizon: int = 40) -> list[tuple[int, int, int, int]]:
+    """``n`` pieces ``(t0, t1, a0, a1)`` of a guillotine cut of the rectangle
+    ``[0, horizon) x [0, capacity_units)`` (shuffled): time side, address side in units."""
     rng = random.Random(seed)
     rects = [(0, horizon, 0, capacity_units)]
     while len(rects) < n:
@@ -69,4 +69,12 @@ def tight_buffers(n: int, seed: int, *, capacity_units: int = 64, horizon: int =
             c = rng.randint(a0 + 1, a1 - 1)
             rects[k:k + 1] = [(t0, t1, a0, c), (t0, t1, c, a1)]
     rng.shuffle(rects)
+    return rects
+
+
+def tight_buffers(n: int, seed: int, *, capacity_units: int = 64, horizon: int = 40,
+                  unit: int = 64) -> list[Buffer]:
+    """``n`` buffers cut out of a time x address rectangle: 100% packed at every step, so the
+    optimum arena is exactly ``capacity_units * unit`` (guillotine cuts, then shuffled)."""
+    rects = tight_rects(n, seed, capacity_units=capacity_units, horizon=horizon)
     return [Buffer(f"r{i}", t0, t1, (a1 - a0) * unit) for i, (t0, t1, a0, a1) in enumerate(rects)]
