@@ -23,7 +23,7 @@ step:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from planner.ir.graph import Graph, Op
 from planner.memory.schedule import Compute, Copy, Free, Schedule, ScheduleError
@@ -31,16 +31,17 @@ from planner.memory.sharing import DATA_IN_PLACE_OPS, VIEW_OPS, Sharing, state_u
 from planner.memory.zones import live_curve, persistent_tensors
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Materialization:
-    """One value of a tensor held on one device (the `ordinal`-th there in this schedule)."""
+    """One value of a tensor held on one device (the `ordinal`-th there in this schedule).
+    Slotted: a 20,000-op schedule makes tens of thousands, and every phase reads them."""
 
     tensor: int
     device: str
     first: int
     ordinal: int
     preloaded: bool = False
-    reads: list[int] = field(default_factory=list)
+    reads: list[int] = field(default_factory=list)  # steps, in increasing order
     freed_at: int | None = None
     storage: Materialization | None = None  # the owner of the bytes it sits in (None: itself)
     shares: Literal["view", "in_place"] | None = None  # how it came to share them
@@ -49,11 +50,16 @@ class Materialization:
     def owner(self) -> Materialization:
         return self.storage or self
 
+    @property
+    def last_use(self) -> int:
+        """Its write or its last read, whichever is later (reads are appended in step order)."""
+        return max(self.first, self.reads[-1]) if self.reads else self.first
 
-@dataclass(frozen=True)
-class EventIO:
+
+class EventIO(NamedTuple):
     """What one event reads and writes: a compute's per input / output slot (None where the op
-    omits an optional one), a copy's source and destination, a free's freed materialization."""
+    omits an optional one), a copy's source and destination, a free's freed materialization.
+    (A tuple: one per event, made far faster than a frozen dataclass.)"""
 
     reads: tuple[Materialization | None, ...] = ()
     writes: tuple[Materialization | None, ...] = ()
@@ -68,6 +74,8 @@ class Replay:
     events: tuple[EventIO, ...]  # one per schedule event
     persistent: frozenset[int]  # constants and state tensor ids
     members: dict[Materialization, list[Materialization]]  # owner -> everything in its storage
+    # owner -> the last step of its storage_range (computed once, with the storage decisions)
+    storage_ends: dict[Materialization, int] = field(default_factory=dict)
 
     @property
     def n_steps(self) -> int:
@@ -84,12 +92,12 @@ class Replay:
             return 0, end
         if m.freed_at is None and self.graph.tensors[m.tensor].is_graph_output:
             return m.first, end
-        return m.first, max([m.first, *m.reads])
+        return m.first, m.last_use
 
     def storage_range(self, owner: Materialization) -> tuple[int, int]:
         """Inclusive steps in which `owner`'s bytes are taken: from its write to the end of the
         last live range among the materializations sitting in them."""
-        return owner.first, max(self.live_range(m)[1] for m in self.members[owner])
+        return owner.first, self.storage_ends[owner]
 
     @property
     def owners(self) -> list[Materialization]:
@@ -106,9 +114,10 @@ class Replay:
         """Live bytes per device at every step, each storage rounded up to `alignment` (at least
         one byte: the arena gives every buffer an address) and counted once."""
         ranges: dict[str, list[tuple[int, int, int]]] = {}
+        tensors, ends = self.graph.tensors, self.storage_ends
         for m in self.owners:
-            size = -(-max(self.graph.tensors[m.tensor].nbytes, 1) // alignment) * alignment
-            ranges.setdefault(m.device, []).append((*self.storage_range(m), size))
+            size = -(-max(tensors[m.tensor].nbytes, 1) // alignment) * alignment
+            ranges.setdefault(m.device, []).append((m.first, ends[m], size))
         return {device: live_curve(r, self.n_steps) for device, r in ranges.items()}
 
     def peaks(self, alignment: int = 1) -> dict[str, int]:
@@ -118,41 +127,87 @@ class Replay:
 
 
 def replay(graph: Graph, schedule: Schedule) -> Replay:
-    """Walk `schedule` (see the module doc); a read of a value not held raises ScheduleError."""
+    """Walk `schedule` (see the module doc); a read of a value not held raises ScheduleError.
+
+    The last walk is kept: the remat search replays the schedule it picks (planner.memory
+    .simulate) and the plan builder then replays that same object again (0.15 s of the
+    20,000-op chain's request). A Schedule and a Graph are not changed once made, and no caller
+    changes a Replay, so the same objects give the same walk. One slot: at most one walk is
+    held (`forget_last_replay` drops it when a request ends)."""
+    global _last
+    last = _last
+    if last is not None and last.schedule is schedule and last.graph is graph:
+        return last
+    walk = _walk(graph, schedule)
+    _last = walk
+    return walk
+
+
+_last: Replay | None = None
+
+
+def forget_last_replay() -> None:
+    """Drop the walk `replay` keeps, and the schedule and graph it holds."""
+    global _last
+    _last = None
+
+
+def _walk(graph: Graph, schedule: Schedule) -> Replay:
+    """`replay` without the slot: one loop with its reads and writes inlined (it runs over
+    every event of every schedule the planner judges or builds)."""
     materializations: list[Materialization] = []
     current: dict[tuple[int, str], Materialization] = {}
     counts: dict[tuple[int, str], int] = {}
+    ops, tensors = graph.ops, graph.tensors
 
-    def write(tensor: int, device: str, step: int, preloaded: bool = False) -> Materialization:
-        key = (tensor, device)
-        m = Materialization(tensor, device, step, counts.get(key, 0), preloaded=preloaded)
-        counts[key] = m.ordinal + 1
-        current[key] = m
-        materializations.append(m)
-        return m
-
-    def read(tensor: int, device: str, step: int) -> Materialization:
-        m = current.get((tensor, device))
-        if m is None:
-            raise ScheduleError(f"event {step} reads {graph.tensors[tensor].name} on {device}, "
-                                "where it does not exist (not a topological order?)")
-        m.reads.append(step)
-        return m
+    def missing(tensor: int, device: str, step: int) -> ScheduleError:
+        return ScheduleError(f"event {step} reads {tensors[tensor].name} on {device}, where it "
+                             "does not exist (not a topological order?)")
 
     for tensor, device in sorted(schedule.home.items()):
-        if graph.tensors[tensor].producer is None:
-            write(tensor, device, 0, preloaded=True)
+        if tensors[tensor].producer is None:
+            key = (tensor, device)
+            m = Materialization(tensor, device, 0, counts.get(key, 0), preloaded=True)
+            counts[key] = m.ordinal + 1
+            current[key] = m
+            materializations.append(m)
     events: list[EventIO] = []
     for step, event in enumerate(schedule.events):
         if isinstance(event, Compute):
-            op = graph.ops[event.op]
-            reads = tuple(None if t is None else read(t, event.device, step) for t in op.inputs)
-            writes = tuple(None if t is None else write(t, event.device, step)
-                           for t in op.outputs)
-            events.append(EventIO(reads=reads, writes=writes))
+            op, device = ops[event.op], event.device
+            reads: list[Materialization | None] = []
+            for t in op.inputs:
+                if t is None:
+                    reads.append(None)
+                    continue
+                held = current.get((t, device))
+                if held is None:
+                    raise missing(t, device, step)
+                held.reads.append(step)
+                reads.append(held)
+            writes: list[Materialization | None] = []
+            for t in op.outputs:
+                if t is None:
+                    writes.append(None)
+                    continue
+                key = (t, device)
+                ordinal = counts.get(key, 0)
+                counts[key] = ordinal + 1
+                m = current[key] = Materialization(t, device, step, ordinal)
+                materializations.append(m)
+                writes.append(m)
+            events.append(EventIO(tuple(reads), tuple(writes)))
         elif isinstance(event, Copy):
-            src = read(event.tensor, event.src, step)
-            events.append(EventIO(reads=(src,), writes=(write(event.tensor, event.dst, step),)))
+            src = current.get((event.tensor, event.src))
+            if src is None:
+                raise missing(event.tensor, event.src, step)
+            src.reads.append(step)
+            key = (event.tensor, event.dst)
+            ordinal = counts.get(key, 0)
+            counts[key] = ordinal + 1
+            dst = current[key] = Materialization(event.tensor, event.dst, step, ordinal)
+            materializations.append(dst)
+            events.append(EventIO((src,), (dst,)))
         elif isinstance(event, Free):
             freed = current.pop((event.tensor, event.device))
             freed.freed_at = step
@@ -164,7 +219,8 @@ def replay(graph: Graph, schedule: Schedule) -> Replay:
 
 
 def _share_storage(walk: Replay) -> None:
-    """Decide which materializations share storage (see the module doc), into `walk.members`.
+    """Decide which materializations share storage (see the module doc), into `walk.members`,
+    and where each storage ends, into `walk.storage_ends`.
 
     One pass in step order; a state whose update chain was started in place but whose new value
     could not end in its storage is barred and the pass runs again (at most once per state)."""
@@ -172,8 +228,38 @@ def _share_storage(walk: Replay) -> None:
     while True:
         incomplete = _share_pass(walk, barred)
         if not incomplete:
-            return
+            break
         barred |= incomplete
+    ends = walk.storage_ends
+    ends.clear()
+    for owner, inside in walk.members.items():
+        ends[owner] = max(walk.live_range(m)[1] for m in inside)
+
+
+@dataclass
+class _Storages:
+    """The storages decided so far in one pass: their members, and for each the latest step any
+    member is written or read (`latest`) and whether one holds a value that must survive the
+    step (`keeps`, a graph output never freed), kept up to date as members join so that the
+    in-place test does not walk a storage's members again at every write."""
+
+    graph: Graph
+    members: dict[Materialization, list[Materialization]]
+    latest: dict[Materialization, int] = field(default_factory=dict)
+    keeps: dict[Materialization, bool] = field(default_factory=dict)
+
+    def own(self, m: Materialization) -> None:
+        self.members[m] = [m]
+        self.latest[m] = m.last_use
+        self.keeps[m] = self._must_survive(m)
+
+    def join(self, owner: Materialization, m: Materialization) -> None:
+        self.members[owner].append(m)
+        self.latest[owner] = max(self.latest[owner], m.last_use)
+        self.keeps[owner] = self.keeps[owner] or self._must_survive(m)
+
+    def _must_survive(self, m: Materialization) -> bool:
+        return m.freed_at is None and self.graph.tensors[m.tensor].is_graph_output
 
 
 def _share_pass(walk: Replay, barred: set[int]) -> set[int]:
@@ -183,26 +269,27 @@ def _share_pass(walk: Replay, barred: set[int]) -> set[int]:
         m.storage, m.shares = None, None
     members = walk.members
     members.clear()
+    storages = _Storages(graph, members)
     for m in walk.materializations:
         if m.preloaded:
-            members[m] = [m]
+            storages.own(m)
     for step, (event, io) in enumerate(zip(walk.schedule.events, walk.events, strict=True)):
         if not isinstance(event, Compute):
             for copied in io.writes:
                 if copied is not None:
-                    members[copied] = [copied]
+                    storages.own(copied)
             continue
         op = graph.ops[event.op]
         for w in io.writes:
             if w is None:
                 continue
-            owner = _storage_for(walk, sharing, op, w, io, step, barred)
+            owner = _storage_for(walk, sharing, storages, op, w, io, step, barred)
             if owner is None:
-                members[w] = [w]
+                storages.own(w)
                 continue
             w.storage = owner
             w.shares = "view" if op.op_type in VIEW_OPS else "in_place"
-            members[owner].append(w)
+            storages.join(owner, w)
     incomplete = set()
     for owner, inside in members.items():
         state = owner.tensor
@@ -214,8 +301,8 @@ def _share_pass(walk: Replay, barred: set[int]) -> set[int]:
     return incomplete
 
 
-def _storage_for(walk: Replay, sharing: Sharing, op: Op, w: Materialization, io: EventIO,
-                 step: int, barred: set[int]) -> Materialization | None:
+def _storage_for(walk: Replay, sharing: Sharing, storages: _Storages, op: Op, w: Materialization,
+                 io: EventIO, step: int, barred: set[int]) -> Materialization | None:
     """The owner whose storage `w` (written by `op` at `step`) may sit in, or None for its own.
     Among several inputs it could go over, a state's own update chain comes first."""
     if op.op_type in VIEW_OPS:
@@ -224,6 +311,8 @@ def _storage_for(walk: Replay, sharing: Sharing, op: Op, w: Materialization, io:
             return source.owner
         return None
     candidates = sharing.candidates.get(w.tensor, ())
+    if not candidates:
+        return None
     options = []
     for slot, tensor in enumerate(op.inputs):
         read = io.reads[slot]
@@ -233,14 +322,14 @@ def _storage_for(walk: Replay, sharing: Sharing, op: Op, w: Materialization, io:
         if op.op_type in DATA_IN_PLACE_OPS and any(
                 r is not None and r.owner is owner for r in io.reads[slot + 1:]):
             continue  # a scatter would read its updates from the bytes it writes
-        if _may_overwrite(walk, sharing, owner, w, io, step, barred):
+        if _may_overwrite(walk, sharing, storages, owner, w, io, step, barred):
             chain = owner.preloaded and owner.tensor in sharing.update_chains
             options.append((not chain, slot, owner))
     return min(options, key=lambda o: (o[0], o[1]))[2] if options else None
 
 
-def _may_overwrite(walk: Replay, sharing: Sharing, owner: Materialization, w: Materialization,
-                   io: EventIO, step: int, barred: set[int]) -> bool:
+def _may_overwrite(walk: Replay, sharing: Sharing, storages: _Storages, owner: Materialization,
+                   w: Materialization, io: EventIO, step: int, barred: set[int]) -> bool:
     """Whether `w`, written at `step`, may go over the bytes of `owner` (the module doc)."""
     graph = walk.graph
     tensor = graph.tensors[owner.tensor]
@@ -250,10 +339,9 @@ def _may_overwrite(walk: Replay, sharing: Sharing, owner: Materialization, w: Ma
             return False  # constants, data inputs, and states outside their update chain
     if tensor.nbytes != graph.tensors[w.tensor].nbytes:
         return False
-    inside = walk.members[owner]
-    if any(m.freed_at is None and graph.tensors[m.tensor].is_graph_output for m in inside):
+    if storages.keeps[owner]:
         return False  # holds a value that must survive the step
-    if any(max(m.reads, default=m.first) > step for m in inside):
+    if storages.latest[owner] > step:
         return False  # still read later (a later op, or a recomputation)
     if any(r is not None and r.owner is owner and graph.tensors[r.tensor].shape
            != graph.tensors[w.tensor].shape for r in io.reads):

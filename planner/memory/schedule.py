@@ -70,37 +70,41 @@ def free_after_last_read(graph: Graph, events: Sequence[Event], home: dict[int, 
     """`events` (computes and copies) with a Free right after each materialization's last read,
     right after its making when nothing reads it, before the first event for a graph input
     nobody reads; the last materialization of a tensor that outlives the step (planner.memory
-    .liveness.outlives_step) on its home device is never freed."""
+    .liveness.outlives_step) on its home device is never freed. (Reads and writes inlined: the
+    eviction search and the fill pass call it on every schedule they make.)"""
     made: list[tuple[int, str, int]] = []  # (tensor, device, event index; -1 when preloaded)
     last_use: dict[tuple[int, str, int], int] = {}
     current: dict[tuple[int, str], tuple[int, str, int]] = {}
-
-    def make(tensor: int, device: str, index: int) -> None:
-        m = (tensor, device, index)
-        made.append(m)
-        current[(tensor, device)] = m
-        last_use[m] = index
-
-    def read(tensor: int, device: str, index: int) -> None:
-        m = current.get((tensor, device))
-        if m is None:
-            raise ScheduleError(f"event {index} reads {graph.tensors[tensor].name} on {device}, "
-                                "where it does not exist")
-        last_use[m] = index
+    ops, tensors = graph.ops, graph.tensors
 
     for t, device in sorted(home.items()):
-        if graph.tensors[t].producer is None:
-            make(t, device, -1)
+        if tensors[t].producer is None:
+            m = (t, device, -1)
+            made.append(m)
+            current[(t, device)] = m
+            last_use[m] = -1
     for index, event in enumerate(events):
         if isinstance(event, Compute):
-            op = graph.ops[event.op]
+            op, device = ops[event.op], event.device
             for t in op.input_ids:
-                read(t, event.device, index)
+                read = current.get((t, device))
+                if read is None:
+                    raise _not_there(graph, t, device, index)
+                last_use[read] = index
             for t in op.output_ids:
-                make(t, event.device, index)
+                m = (t, device, index)
+                made.append(m)
+                current[(t, device)] = m
+                last_use[m] = index
         elif isinstance(event, Copy):
-            read(event.tensor, event.src, index)
-            make(event.tensor, event.dst, index)
+            read = current.get((event.tensor, event.src))
+            if read is None:
+                raise _not_there(graph, event.tensor, event.src, index)
+            last_use[read] = index
+            m = (event.tensor, event.dst, index)
+            made.append(m)
+            current[(event.tensor, event.dst)] = m
+            last_use[m] = index
     outlives = outlives_step(graph)
     final = set(current.values())
     frees_after: dict[int, list[tuple[int, str]]] = {}
@@ -112,8 +116,15 @@ def free_after_last_read(graph: Graph, events: Sequence[Event], home: dict[int, 
     out: list[Event] = [Free(t, d) for t, d in sorted(frees_after.get(-1, []))]
     for index, event in enumerate(events):
         out.append(event)
-        out.extend(Free(t, d) for t, d in sorted(frees_after.get(index, [])))
+        after = frees_after.get(index)
+        if after:
+            out.extend(Free(t, d) for t, d in sorted(after))
     return out
+
+
+def _not_there(graph: Graph, tensor: int, device: str, index: int) -> ScheduleError:
+    return ScheduleError(f"event {index} reads {graph.tensors[tensor].name} on {device}, "
+                         "where it does not exist")
 
 
 def home_on(graph: Graph, device: str) -> dict[int, str]:

@@ -15,6 +15,7 @@ from onnx import ModelProto
 
 from planner.errors import InvalidInputError
 from planner.ir.graph import Graph, load_graph
+from planner.memory.replay import forget_last_replay
 from planner.memory.schedule import sequential_schedule
 from planner.order import OrderResult, optimize_order
 from planner.pipeline.collector import fewer_collections
@@ -87,8 +88,11 @@ def plan_graph(graph: Graph, request: PlanRequest, *,
 
 def plan_graph_costed(graph: Graph, request: PlanRequest, *,
                       progress: ProgressCallback | None = None) -> Costed:
-    with fewer_collections():
-        return _plan_graph_costed(graph, request, progress)
+    try:
+        with fewer_collections():
+            return _plan_graph_costed(graph, request, progress)
+    finally:
+        forget_last_replay()  # the request's walks are not kept beyond it
 
 
 def _plan_graph_costed(graph: Graph, request: PlanRequest,
