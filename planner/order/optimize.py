@@ -87,6 +87,11 @@ class OrderResult:
     notes: tuple[str, ...] = ()
     stopped: StopReason = "searched"
     quick_seconds: float = 0.0  # of `seconds`, the quick orders and their peaks
+    # The other orders found, lowest peak first (distinct from `order`): the rematerialization
+    # search tries them when `order` gives it nothing, since the order that holds least when
+    # everything is kept is not always the one that evicts best (unet_small at persistent +
+    # 30% of its activations: only the eager-free order with ONNX Runtime's ties fits).
+    alternatives: tuple[tuple[int, ...], ...] = ()
 
     def report(self) -> SolverReport:
         """The order phase as the plan reports it (`Plan.solvers`)."""
@@ -256,7 +261,15 @@ class _Search:
             seconds=self.seconds_before + time.perf_counter() - started,
             candidates=dict(self.peaks), solver=self.solver, notes=tuple(self.notes),
             stopped=stopped, quick_seconds=self.quick_seconds,
+            alternatives=self.alternatives(best),
         )
+
+    def alternatives(self, best: str) -> tuple[tuple[int, ...], ...]:
+        found: dict[tuple[int, ...], None] = {}
+        for name in sorted(self.orders, key=self.peaks.__getitem__):
+            found.setdefault(tuple(self.orders[name]))
+        found.pop(tuple(self.orders[best]), None)
+        return tuple(found)
 
 
 def _time_model(graph: Graph, exact_limit: int, levels_limit: int) -> str | None:

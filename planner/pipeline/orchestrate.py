@@ -136,7 +136,8 @@ def _plan_graph_costed(graph: Graph, request: PlanRequest,
     profile = profile_for(graph, request, notify)
     fit = RematFit(graph, request, order, costs_from_profile(profile, graph, devices), plan_id,
                    clock, keep_all if budget is not None else None,
-                   other_orders=(tuple(quick.order),) if quick.order != order.order else ())
+                   other_orders=tuple(dict.fromkeys(
+                       o for o in (quick.order, *quick.alternatives) if o != order.order)))
     plan = _validated(graph, fit.plan(notify).plan, profile, notify, clock)
     return Costed(plan, profile if request.profile is None else None)
 
