@@ -97,21 +97,22 @@ _LOWER_BOUNDS: weakref.WeakKeyDictionary[Graph, int] = weakref.WeakKeyDictionary
 
 
 def _op_footprint_bound(graph: Graph) -> int:
-    """See order_lower_bound."""
+    """See order_lower_bound. (View roots, sizes and the outputs that may be written over an
+    input are looked up once, not per op.)"""
     sharing = state_updates(graph)
     always = persistent_tensors(graph)
-    baseline = sum(graph.tensors[t].nbytes for t in always)
+    size = [t.nbytes for t in graph.tensors]
+    baseline = sum(size[t] for t in always)
     protected = {t for t in graph.inputs if t not in sharing.persistent}
+    uncounted = always | set(sharing.in_place)
+    root = {view: sharing.view_root(view) for view in sharing.view_source}
 
     def transient_bytes(ids: Iterable[int]) -> int:
-        roots = {sharing.view_root(t) for t in ids} - always - set(sharing.in_place)
-        return sum(graph.tensors[t].nbytes for t in roots)
+        return sum(size[t] for t in {root.get(t, t) for t in ids} - uncounted)
 
-    def may_overwrite(output: int) -> bool:
-        roots = {sharing.view_root(x) for x in sharing.candidates.get(output, ())}
-        return bool(roots - always - protected)
-
+    overwrites = {output for output, inputs in sharing.candidates.items()
+                  if {root.get(x, x) for x in inputs} - always - protected}
     footprint = max((transient_bytes([*op.input_ids,
-                                      *(t for t in op.output_ids if not may_overwrite(t))])
+                                      *(t for t in op.output_ids if t not in overwrites)])
                      for op in graph.ops), default=0)
     return baseline + max(transient_bytes(graph.inputs), transient_bytes(graph.outputs), footprint)

@@ -120,7 +120,7 @@ def _analyze(graph: Graph) -> Sharing:
             if found:
                 candidates[out] = found
     persistent = frozenset(t.id for t in tensors if t.updated_by is not None)
-    descendants = _descendant_sets(graph)
+    descendants: list[int] | None = None  # made when a state has an update path
     views_of: dict[int, list[int]] = {}
     for view, src in view_source.items():
         views_of.setdefault(src, []).append(view)
@@ -136,6 +136,8 @@ def _analyze(graph: Graph) -> Sharing:
         writers = [tensors[t].known_producer for t in path[1:]]
         pairs = [(r, w) for old, w in zip(path, writers, strict=False)
                  for r in _storage_readers(graph, views_of, old) if r != w]
+        if descendants is None:
+            descendants = _descendant_sets(graph)
         if any(descendants[w] >> r & 1 for r, w in pairs):
             continue  # a reader depends on the update: the old value must outlive it
         chains[state] = frozenset(path[1:])

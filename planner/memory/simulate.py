@@ -29,20 +29,22 @@ class ScheduleStats:
 
 def simulate(graph: Graph, schedule: Schedule, costs: CostTable | None = None,
              alignment: int = 1) -> ScheduleStats:
-    computes = [e for e in schedule.events if isinstance(e, Compute)]
-    copies = [e for e in schedule.events if isinstance(e, Copy)]
-    seconds = None
-    if costs is not None:  # summed in event order: ties between schedules compare exactly
-        seconds = 0.0
-        for e in schedule.events:
-            if isinstance(e, Compute):
+    computes = recomputes = copies = 0
+    seconds = 0.0
+    for e in schedule.events:  # summed in event order: ties between schedules compare exactly
+        if isinstance(e, Compute):
+            computes += 1
+            recomputes += e.recompute
+            if costs is not None:
                 seconds += costs.op_seconds[e.op][e.device]
-            elif isinstance(e, Copy):
+        elif isinstance(e, Copy):
+            copies += 1
+            if costs is not None:
                 seconds += costs.copy_seconds(e.src, e.dst, graph.tensors[e.tensor].nbytes)
     return ScheduleStats(
         peaks=replay(graph, schedule).peaks(alignment),
-        seconds=seconds,
-        computes=len(computes),
-        recomputes=sum(e.recompute for e in computes),
-        copies=len(copies),
+        seconds=None if costs is None else seconds,
+        computes=computes,
+        recomputes=recomputes,
+        copies=copies,
     )
