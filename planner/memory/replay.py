@@ -232,8 +232,10 @@ def _share_storage(walk: Replay) -> None:
         barred |= incomplete
     ends = walk.storage_ends
     ends.clear()
+    live_range = walk.live_range
     for owner, inside in walk.members.items():
-        ends[owner] = max(walk.live_range(m)[1] for m in inside)
+        ends[owner] = (live_range(owner)[1] if len(inside) == 1
+                       else max(live_range(m)[1] for m in inside))
 
 
 @dataclass
@@ -280,15 +282,19 @@ def _share_pass(walk: Replay, barred: set[int]) -> set[int]:
                     storages.own(copied)
             continue
         op = graph.ops[event.op]
+        view = op.op_type in VIEW_OPS
         for w in io.writes:
             if w is None:
+                continue
+            if not view and w.tensor not in sharing.candidates:
+                storages.own(w)  # nothing it could go over (the common case)
                 continue
             owner = _storage_for(walk, sharing, storages, op, w, io, step, barred)
             if owner is None:
                 storages.own(w)
                 continue
             w.storage = owner
-            w.shares = "view" if op.op_type in VIEW_OPS else "in_place"
+            w.shares = "view" if view else "in_place"
             storages.join(owner, w)
     incomplete = set()
     for owner, inside in members.items():
