@@ -131,7 +131,7 @@ def _align(value: int, step: int) -> int:
 class _State:
     """Floors, remaining loads and the undo log of one search."""
 
-    def __init__(self, sec: _Sections, base: int, capacity: int):
+    def __init__(self, sec: _Sections, base: int, capacity: int, infer: bool = True):
         self.sec = sec
         self.capacity = capacity
         self.rem = sec.load.copy()
@@ -140,6 +140,14 @@ class _State:
         n = len(sec.members)
         self.placed = [False] * n
         self.placed_arr = np.zeros(n, dtype=bool)
+        self.offset = [0] * len(sec.members)
+        self.left = len(sec.members)
+        self.why = [0, 0]  # the sections the current node's checks read (backjumping)
+        if infer:  # O(sum of lifetimes in sections): only for the searches that use them
+            self._prepare_inference()
+
+    def _prepare_inference(self) -> None:
+        sec, n = self.sec, len(self.sec.members)
         self.first = np.asarray(sec.first, dtype=np.int64)
         self.end = np.asarray(sec.end, dtype=np.int64)
         self.steps = np.asarray(sec.step, dtype=np.int64)
@@ -155,9 +163,6 @@ class _State:
         self.cover_start = np.searchsorted(covered[by_section], np.arange(len(sec.load)))
         # the lowest offset each buffer can take as things stand (`dead_end`), unplaced ones
         self.low = np.zeros(n, dtype=np.int64)
-        self.offset = [0] * len(sec.members)
-        self.left = len(sec.members)
-        self.why = [0, 0]  # the sections the current node's checks read (backjumping)
 
     def note(self, a: int, b: int) -> None:
         self.why[0] = min(self.why[0], a)
@@ -404,7 +409,7 @@ def canonical_layout(
     recurs.
     """
     sec = _sections(instance, members, direction, order)
-    state = _State(sec, instance.zone_top, capacity)
+    state = _State(sec, instance.zone_top, capacity, infer)
     if instance.zone_top + int(state.rem.max(initial=0)) > capacity:
         return None, True
     stack: list[_Frame] = []

@@ -8,11 +8,12 @@
    component fit in the lowest arena still worth having", by the hot window (window.py: the
    steps near the peak laid out first, the rest around them; real training traces, and proofs
    on the window alone), the canonical search over the whole component (canonical.py, never a
-   proof) and then CP-SAT (fast on tight instances, and the proofs), then, if not shown,
-   CP-SAT's minimization warm-started from the best layout. A component with a hot window (a
-   real trace) instead approaches the goal by windows at arenas between it and the layout at
-   hand, and stops there within `_WINDOWED_SECONDS`: a plan's layout is not worth more. With
-   a capacity, the decision at the capacity only.
+   proof; without a hot window, its wide portfolio: every order in both directions of time,
+   with its exact inference, short runs first) and then CP-SAT (fast on tight instances, and
+   the proofs), then, if not shown, CP-SAT's minimization warm-started from the best layout.
+   A component with a hot window (a real trace) instead approaches the goal by windows at
+   arenas between it and the layout at hand, and stops there within `_WINDOWED_SECONDS`: a
+   plan's layout is not worth more. With a capacity, the decision at the capacity only.
 The best layout found is always returned, with the best proven bound, its gap and status.
 """
 
@@ -166,9 +167,8 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
         nodes = _CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(comp)
         if int(comp[0]) in search.windowed:
             canonical_seconds = min(canonical_seconds, _QUICK_GOAL_WHOLE * _WINDOWED_SECONDS)
-            nodes = int(nodes * _GOAL_EFFORT)
-        if int(comp[0]) in search.windowed:
-            found = canonical_portfolio(search.instance, comp, capacity=goal, node_budget=nodes,
+            found = canonical_portfolio(search.instance, comp, capacity=goal,
+                                        node_budget=int(nodes * _GOAL_EFFORT),
                                         deadline=started + canonical_seconds)
         else:
             found = _canonical_rounds(search, comp, goal, nodes, started + canonical_seconds)
