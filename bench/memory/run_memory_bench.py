@@ -319,8 +319,9 @@ def why_table(rows: list[dict]) -> list[str]:
     """The floor of the model as sent and of the graph `arenaplan plan` plans by default."""
     lines = [
         "",
-        "Why, now: the keep-everything floor (bench/memory/floor.py: the live bytes no order "
-        "avoids without recomputing values; the arena may sit above it by fragmentation and "
+        "Why, now: the keep-everything floor (planner.order.floor, through "
+        "bench/memory/floor.py: the live bytes no order avoids without recomputing values, "
+        "ordering's lower bound; the arena may sit above it by fragmentation and "
         "by the order) of the model as sent, and the keep-everything arena and floor of the "
         "graph `arenaplan plan` plans by default (ONNX Runtime's extended rewrite, which its "
         "default session runs too: transposes folded into fused matrix products). A floor above "
