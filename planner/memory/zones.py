@@ -8,6 +8,7 @@ end. Everything else is transient: live from its write to its last read.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import accumulate
 
 from planner.ir.graph import Graph
 
@@ -30,8 +31,4 @@ def live_curve(ranges: Iterable[tuple[int, int, int]], n_steps: int) -> list[int
     for first, last, nbytes in ranges:
         delta[first] += nbytes
         delta[min(last, n_steps - 1) + 1] -= nbytes
-    live, running = [], 0
-    for k in range(n_steps):
-        running += delta[k]
-        live.append(running)
-    return live
+    return list(accumulate(delta[:n_steps]))
