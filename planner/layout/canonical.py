@@ -14,6 +14,11 @@ Ideas from MiniMalloc (Moffitt, ASPLOS 2023), written anew for this instance for
 - forced moves and dominance: when no buffer can sit at the lowest floor, the floor rises to the
   lowest place anything can still go (no choice); buffers with the same lifetime end, size and
   alignment are interchangeable, so only the first of them is tried at a node.
+- backjumping: a dead end depends only on the sections its checks read; the search returns to
+  the last move that changed one of them (see `canonical_layout`).
+
+With ``Member.infer`` (the wide portfolio, for whole components without a hot window; three to
+five times the cost of a move, so the hot window's searches on real traces go without):
 - unallocated floors (MiniMalloc's section inference with the floors of the unplaced buffers):
   an unplaced buffer cannot sit below the highest floor among its sections, so in every section
   the unplaced buffers sit at or above the lowest of those; if that lowest place plus their
@@ -23,12 +28,14 @@ Ideas from MiniMalloc (Moffitt, ASPLOS 2023), written anew for this instance for
   both sides, where no section has slack, must have its bottom covered, section after section,
   by buffers sitting right on it and lying inside it: a chain of unplaced buffers whose
   lifetimes tile the plateau exactly. No chain, dead end (exact, `_State.untileable`).
-- fail first: the node works at the plateau of that kind with the fewest buffers that can sit
-  on it (one: a forced move) when that is fewer than at the lowest floor; at such a plateau,
-  as at the lowest floor, whatever covers its left end sits on it and starts there, so
-  branching over those buffers loses no layout (`_State.pick`).
-- backjumping: a dead end depends only on the sections its checks read; the search returns to
-  the last move that changed one of them (see `canonical_layout`).
+- fail first: the node works at the basin with the fewest buffers that can sit on it (one: a
+  forced move) when that is fewer than at the lowest floor. Exact: as at the lowest floor,
+  whatever covers a basin's left end sits on it and starts there (`_State.pick`).
+Measured on the tight synthetic instances and dropped, for no gain: backjumping over whole
+subtrees with the sections of every dead end below (bit masks), memoizing failed states (the
+placed set and the floors), a subset-sum check at each step of the floors, a chain tiling the
+top of the arena, and a search by time instead of by height (exact tiling of the room each
+step frees).
 
 Depth-first under a node budget, in both directions of time and with several orders of the
 buffers that start together (`canonical_portfolio`): on the tight synthetic instances of the
@@ -74,7 +81,7 @@ class Member:
 
 
 # the members tried on a component in turn. The default: both directions, longest first, no
-# inference (the hot window's searches on real traces: the inference costs about three times
+# inference (the hot window's searches on real traces: the inference costs three to five times
 # the moves' time there, and with it two real traces and the rematerialization traces missed
 # layouts that the plain search finds within their time). The wide portfolio, for a whole
 # component without a hot window (the tight synthetic instances): every order in both
