@@ -390,17 +390,34 @@ def evict_candidates(graph: Graph, orders: Sequence[Sequence[int]], device: str,
     """Replayed eviction schedules within `budget`, cheapest first: those of each of RULES,
     each rule given an equal share of the time left (see _scan)."""
     fitting: list[Candidate] = []
+    forms = _Forms(graph, orders)
     for k, rule in enumerate(RULES):
         share = (deadline - time.perf_counter()) / (len(RULES) - k)
-        fitting += _scan(graph, orders, device, budget, costs, alignment,
+        fitting += _scan(graph, forms, device, budget, costs, alignment,
                          time.perf_counter() + share, rule, first=not fitting)
     return sorted(fitting, key=lambda c: c.seconds)
 
 
-def _scan(graph: Graph, orders: Sequence[Sequence[int]], device: str, budget: int,
-          costs: CostTable, alignment: int, deadline: float, rule: str, first: bool
-          ) -> list[Candidate]:
-    """One rule's replayed schedules within `budget`. Each of `orders` in turn (the next only
+class _Forms:
+    """The orders given and, made when first asked for, their deferred forms: the order itself
+    again when deferring moves nothing (a chain), not to be run twice."""
+
+    def __init__(self, graph: Graph, orders: Sequence[Sequence[int]]):
+        self.graph, self.orders = graph, [list(o) for o in orders]
+        self._late: dict[int, list[tuple[list[int], str]]] = {}
+
+    def of(self, number: int) -> list[tuple[list[int], str]]:
+        """(order, name suffix) of each distinct form of order `number`."""
+        if number not in self._late:
+            order = self.orders[number]
+            late = deferred(self.graph, order)
+            self._late[number] = [(order, "")] + ([(late, LATE)] if late != order else [])
+        return self._late[number]
+
+
+def _scan(graph: Graph, forms: _Forms, device: str, budget: int, costs: CostTable,
+          alignment: int, deadline: float, rule: str, first: bool) -> list[Candidate]:
+    """One rule's replayed schedules within `budget`. Each of the orders in turn (the next only
     when the ones before gave nothing: an order tuned for keeping everything can leave more
     than the budget that eviction cannot touch), evicting forward values only; when that gives
     nothing, the same evicting backward values too (a gradient made long before its read;
@@ -413,7 +430,7 @@ def _scan(graph: Graph, orders: Sequence[Sequence[int]], device: str, budget: in
     anywhere = recomputable_anywhere(graph)
     label = "" if rule == NEIGHBOURHOOD else f"-{rule}"
     for scope in ("", "+bwd"):
-        for number, order in enumerate(orders):
+        for number, order in enumerate(forms.orders):
             if fitting:
                 break
             forward, _ = forward_phase(graph, order, RematOptions())
@@ -424,8 +441,7 @@ def _scan(graph: Graph, orders: Sequence[Sequence[int]], device: str, budget: in
             recomputable = anywhere if scope else forward
             runs = [_factors(graph, variant, device, budget, costs, alignment, deadline, rule,
                              recomputable, name + suffix, fitting, complete=first and not k)
-                    for k, (variant, suffix) in enumerate(
-                        ((order, ""), (deferred(graph, order), LATE)))]
+                    for k, (variant, suffix) in enumerate(forms.of(number))]
             first = False
             while runs:
                 for run in list(runs):
