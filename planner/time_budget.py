@@ -39,13 +39,15 @@ class PipelineShares:
     """Shares of the request's time limit. When keeping everything may fit, ordering gets
     `order_may_fit` and the keep-everything layout `keep_layout`, so that rematerialization
     keeps half the time when fragmentation pushes that arena just over the budget. When
-    rematerialization is certainly needed ordering gets `order_remat`. The first remat solve
+    rematerialization is certainly needed ordering gets `order_remat`. Profiling (a plan made
+    without a profile) gets `profile` of what is left then. The first remat solve
     gets `remat_first` of what is left, each retry `remat_retry` of what is left then; the
     layout of a remat schedule `remat_layout` of the limit (see TimeBudget.remat_layout)."""
 
     order_may_fit: float = 0.3
     keep_layout: float = 0.2
     order_remat: float = 0.1
+    profile: float = 0.3
     remat_first: float = 0.8
     remat_retry: float = 0.5
     remat_layout: float = 0.1
@@ -107,9 +109,12 @@ class TimeBudget:
     reserve_s: float = 0.0
 
     @classmethod
-    def for_graph(cls, limit_s: float, n_ops: int) -> TimeBudget:
-        """The clock of a request on a graph of `n_ops` ops, keeping FINISH_S_PER_OP per op."""
-        return cls(limit_s, reserve_s=FINISH_S_PER_OP * n_ops)
+    def for_graph(cls, limit_s: float, n_ops: int, started: float | None = None
+                  ) -> TimeBudget:
+        """The clock of a request on a graph of `n_ops` ops, keeping FINISH_S_PER_OP per op,
+        started at `started` (perf_counter; now by default)."""
+        return cls(limit_s, started=time.perf_counter() if started is None else started,
+                   reserve_s=FINISH_S_PER_OP * n_ops)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -137,6 +142,12 @@ class TimeBudget:
         cap = (max(QUICK_LAYOUT_S, self.shares.keep_layout * self.usable()) if maybe_fits
                else QUICK_LAYOUT_S)
         return min(self.left(), ROOMY_LAYOUT_S if roomy else cap)
+
+    def profile(self) -> float:
+        """Measuring the ops a plan without a profile needs: `profile` of what is left (ops
+        not measured by then get labelled estimates, planner.profile.runner); the cache makes
+        a second request's profile free."""
+        return max(self.floor(), (self.usable() - self.elapsed()) * self.shares.profile)
 
     def remat(self, attempt: int) -> float:
         """The remat solve of `attempt` (0: the first; then the retries after an overshoot)."""

@@ -7,6 +7,7 @@ a plan was made with beside it: the plan id covers the request, not a measuremen
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,32 +74,37 @@ def plan_model_costed(
     *,
     progress: ProgressCallback | None = None,
 ) -> Costed:
+    started = time.perf_counter()  # loading (ONNX Runtime's rewrite) counts against the limit
     notify = progress or (lambda phase, info: None)
     notify("load", {})
     with fewer_collections():
         graph = load_graph(model, dims=request.dims, optimization=request.graph_optimization,
                            devices=list(request.budgets))
-        return plan_graph_costed(graph, request, progress=progress)
+        return plan_graph_costed(graph, request, progress=progress, started=started)
 
 
 def plan_graph(graph: Graph, request: PlanRequest, *,
-               progress: ProgressCallback | None = None) -> Plan:
-    return plan_graph_costed(graph, request, progress=progress).plan
+               progress: ProgressCallback | None = None, started: float | None = None) -> Plan:
+    return plan_graph_costed(graph, request, progress=progress, started=started).plan
 
 
 def plan_graph_costed(graph: Graph, request: PlanRequest, *,
-                      progress: ProgressCallback | None = None) -> Costed:
+                      progress: ProgressCallback | None = None, started: float | None = None
+                      ) -> Costed:
+    """`started`: when the request's clock started (perf_counter), if before this call (the
+    graph's loading counts against the limit too); now by default."""
     try:
         with fewer_collections():
-            return _plan_graph_costed(graph, request, progress)
+            return _plan_graph_costed(graph, request, progress,
+                                      time.perf_counter() if started is None else started)
     finally:
         forget_last_replay()  # the request's walks are not kept beyond it
 
 
 def _plan_graph_costed(graph: Graph, request: PlanRequest,
-                       progress: ProgressCallback | None) -> Costed:
+                       progress: ProgressCallback | None, started: float) -> Costed:
     # the phases share the limit less what building and validating the plan will take
-    clock = TimeBudget.for_graph(request.time_limit_s, len(graph.ops))
+    clock = TimeBudget.for_graph(request.time_limit_s, len(graph.ops), started=started)
     notify = progress or (lambda phase, info: None)
     _check_profile(graph, request)
     check_above_lower_bound(graph, request)
@@ -133,7 +139,7 @@ def _plan_graph_costed(graph: Graph, request: PlanRequest,
         built = _keep_everything(graph, request, order, plan_id, clock, False, notify)
         return built.plan.devices[0].arena_bytes
 
-    profile = profile_for(graph, request, notify)
+    profile = profile_for(graph, request, notify, time_limit_s=clock.profile())
     fit = RematFit(graph, request, order, costs_from_profile(profile, graph, devices), plan_id,
                    clock, keep_all if budget is not None else None,
                    other_orders=tuple(dict.fromkeys(
