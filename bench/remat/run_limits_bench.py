@@ -81,7 +81,7 @@ def many_devices_case(tmp: Path) -> list[str]:
     path.write_text(profile.model_copy(update={"devices": ["cpu", *devices], "ops": ops,
                                                "copies": copies}).model_dump_json())
     args = [str(model), "--graph-optimization", "disable", "--profile", str(path),
-            "--budget", "cpu=40KiB"]
+            "--budget", "cpu=70KiB"]
     for device in devices:
         args += ["--budget", f"{device}=4KiB"]
     return args

@@ -27,6 +27,7 @@ from pathlib import Path
 from bench.scale_models import SCALE_MODELS, scale_model_path
 from planner.errors import InfeasibleError
 from planner.ir.graph import load_graph
+from planner.memory.liveness import order_lower_bound
 from planner.order import optimize_order
 from planner.pipeline import plan_graph
 from planner.plan.builder import build_plan
@@ -135,7 +136,7 @@ def bench_fixture(name, time_limit, workers):
                                                                       row["budget_bytes"])
     if smallest is not None:
         smallest = smallest_heuristic_budget(graph, order.order, "cpu", costs,
-                                             order.lower_bound_bytes, smallest)
+                                             order_lower_bound(graph), smallest)
     if smallest is not None:
         budget = smallest
         for _ in range(4):
