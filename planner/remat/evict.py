@@ -421,19 +421,21 @@ def _scan(graph: Graph, forms: _Forms, device: str, budget: int, costs: CostTabl
     when the ones before gave nothing: an order tuned for keeping everything can leave more
     than the budget that eviction cannot touch), evicting forward values only; when that gives
     nothing, the same evicting backward values too (a gradient made long before its read;
-    planner.remat.problem.recomputable_anywhere). Each order runs as itself and deferred
-    (planner.order.just_in_time.deferred: which of the two evicts better depends on the graph,
-    so their runs alternate), each at the FACTORS of the budget until a fitting schedule is
-    SLOWEST_KEPT times slower than the first, a lower factor stops lowering the replayed peak,
-    or `deadline` passes (with `first`, the first run always completes)."""
+    planner.remat.problem.recomputable_anywhere), before the next order is tried (UNet-Adam
+    near its smallest budget: backward eviction in the chosen order fits, no other order's
+    forward eviction does, and trying those first spent the time). Each order runs as itself
+    and deferred (planner.order.just_in_time.deferred: which of the two evicts better depends
+    on the graph, so their runs alternate), each at the FACTORS of the budget until a fitting
+    schedule is SLOWEST_KEPT times slower than the first, a lower factor stops lowering the
+    replayed peak, or `deadline` passes (with `first`, the first run always completes)."""
     fitting: list[Candidate] = []
     anywhere = recomputable_anywhere(graph)
     label = "" if rule == NEIGHBOURHOOD else f"-{rule}"
-    for scope in ("", "+bwd"):
-        for number, order in enumerate(forms.orders):
+    for number, order in enumerate(forms.orders):
+        forward, _ = forward_phase(graph, order, RematOptions())
+        for scope in ("", "+bwd"):
             if fitting:
-                break
-            forward, _ = forward_phase(graph, order, RematOptions())
+                return fitting
             if scope and anywhere == forward:
                 continue
             name = f"evict{label}{scope}@{{factor:g}}" + (
