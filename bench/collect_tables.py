@@ -38,6 +38,8 @@ EXTRA = [
      "timed, plans run (issue 14)", "remat/budgets.md", "bench.remat.run_budget_bench"),
     ("Rematerialization on small graphs vs the proven optimum (issue 14)", "remat/small.md",
      "bench.remat.run_small_bench"),
+    ("Time limits kept: whole requests on the shapes that overran them (issue 14)",
+     "remat/limits.md", "bench.remat.run_limits_bench"),
 ]
 
 
