@@ -15,7 +15,7 @@ def test_a_cold_profile_takes_its_share_of_the_request_clock(tmp_path, monkeypat
     request. Now it gets its share of what is left (planner.time_budget: TimeBudget.profile);
     ops it has no time for get labelled estimates, and the request keeps its limit."""
     monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path / "cold"))
-    limit = 3.0
+    limit = 2.5
     request = PlanRequest(budgets={"cpu": int(2.6 * 2**20)}, time_limit_s=limit)
     started = time.perf_counter()
     costed = plan_model_costed(model_path("resnet18_narrow"), request)
