@@ -13,6 +13,7 @@ import pytest
 from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.cache import ProfileCache
+from planner.profile.graph_workspace_cost import measurement_cost
 from planner.profile.workspace_bound import op_scratch_bound
 from tests.support.fixture_zoo import model_path
 
@@ -31,12 +32,16 @@ def test_no_time_leaves_every_op_estimated_with_its_scratch_bound():
 
 def test_a_short_limit_measures_what_fits_and_caches_only_that(tmp_path):
     g = load_graph(model_path("resnet18_narrow"))
-    # 70% of what a cold profile takes on this machine now (0.9-3 s with the quick policy,
-    # with load): a fixed 1 s was enough for all of it on an idle machine.
+    # Between the capture's estimated cost (the profiler does not start it unless it fits) and
+    # what a cold profile takes on this machine now (0.6-3 s with the quick policy, with load):
+    # a fixed 1 s was enough for all of it on an idle machine.
     started = time.perf_counter()
     with ProfileCache(tmp_path / "full.sqlite") as cache:
         profile_graph(g, cache=cache, policy=QUICK_POLICY)
-    limit = 0.7 * (time.perf_counter() - started)
+    full = time.perf_counter() - started
+    capture = measurement_cost(g, 1, True).total(1)
+    assert capture < full
+    limit = (capture + full) / 2
     with ProfileCache(tmp_path / "cache.sqlite") as cache:
         started = time.perf_counter()
         profile = profile_graph(g, cache=cache, policy=QUICK_POLICY, time_limit_s=limit)
