@@ -398,6 +398,20 @@ def evict_candidates(graph: Graph, orders: Sequence[Sequence[int]], device: str,
     return sorted(fitting, key=lambda c: c.seconds)
 
 
+def source_orders(graph: Graph, orders: Sequence[Sequence[int]],
+                  candidates: Sequence[Candidate]) -> list[list[int]]:
+    """The orders (of `orders` and their deferred forms) that `candidates` of evict_candidates
+    were simulated in, each once: a bound reported beside them must hold in all of these."""
+    used: dict[tuple[int, ...], None] = {}
+    for candidate in candidates:
+        number = 0
+        if OTHER_ORDER in candidate.name:
+            number = int(candidate.name.split(OTHER_ORDER)[1].split("/")[0])
+        order = list(orders[number])
+        used.setdefault(tuple(deferred(graph, order) if LATE in candidate.name else order))
+    return [list(o) for o in used]
+
+
 class _Forms:
     """The orders given and, made when first asked for, their deferred forms: the order itself
     again when deferring moves nothing (a chain), not to be run twice."""

@@ -29,7 +29,7 @@ from planner.remat.bounds import CrossingBound, crossing_bound
 from planner.remat.configure import base_reductions, configure, home_device
 from planner.remat.decision import Decision, evaluate
 from planner.remat.emit import emit_schedule
-from planner.remat.evict import LATE, OTHER_ORDER, evict_candidates
+from planner.remat.evict import LATE, OTHER_ORDER, evict_candidates, source_orders
 from planner.remat.fill import fill_budget
 from planner.remat.heuristics import Candidate, heuristic_candidates, replay
 from planner.remat.lp_rounding import lp_rounding
@@ -155,12 +155,13 @@ def plan_remat(
                                 *next(iter(budget_bytes.items())), costs,
                                 alignment=memory_unit,
                                 deadline=started + evict_share * time_limit) if single else [])
-    if any(LATE in c.name for c in evicted):
-        # A schedule of the deferred order counts: the bound must hold for it too.
-        late_crossing = _crossing(graph, deferred(graph, order), budget_bytes, costs,
-                                  memory_unit)
-        if crossing is not None and late_crossing is not None:
-            crossing = min(crossing, late_crossing, key=lambda c: c.seconds)
+    if crossing is not None:
+        # Schedules of other orders (or of deferred forms) count: the bound must hold for them.
+        for source in source_orders(graph, [order, *other_orders], evicted):
+            if source != list(order):
+                also = _crossing(graph, source, budget_bytes, costs, memory_unit)
+                if also is not None and also.seconds < crossing.seconds:
+                    crossing = also
     if large:
         return _large(graph, order, budget_bytes, costs, memory_unit, started, time_limit,
                       evicted, crossing, fill=use_solver)

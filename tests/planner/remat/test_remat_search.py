@@ -342,3 +342,22 @@ def test_backward_eviction_in_the_chosen_order_comes_before_other_orders():
     found = evict_candidates(graph, [order, *others], "cpu", budget, costs, alignment=64,
                              deadline=time.perf_counter() + 4)
     assert found and "+bwd" in found[0].name and "/order" not in found[0].name
+
+
+def test_the_bound_covers_every_order_eviction_simulated_in():
+    """Eviction's schedules come from the order, other orders and their deferred forms; the
+    crossing bound reported beside the plan is taken over each of them (a bound of the order
+    alone may exceed a schedule of another order, and the plan would read OPTIMAL)."""
+    graph = load_graph(model_path("resnet_cifar"), optimization="extended")
+    found = optimize_order(graph, use_solver=False)
+    orders = [list(found.order), list(found.alternatives[0])]
+
+    def named(name: str) -> Candidate:
+        return Candidate(name, None, None, None, None)
+
+    used = evict.source_orders(graph, orders, [named("evict@1"), named("evict+bwd@0.9/late"),
+                                               named("evict-own@1/order1"),
+                                               named("evict@0.95/order1/late"),
+                                               named("evict@0.9/order1")])
+    expected = [orders[0], deferred(graph, orders[0]), orders[1], deferred(graph, orders[1])]
+    assert used == [o for k, o in enumerate(expected) if o not in expected[:k]]
