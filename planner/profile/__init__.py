@@ -5,7 +5,8 @@ real captured inputs, cached in SQLite per machine); `load_profile(path, graph)`
 measured elsewhere; `copy_seconds(profile, src, dst, nbytes)` is the copy cost the solvers use.
 
 Modules, one job each: devices (device names, sessions), machine (fingerprint), inputs (values),
-single_node (one-op models), timing (stable repeats), op_runner (one op on one device), signature
+capture_plan (which captured values are held at once), host_memory (available memory and the
+capture's allowance), single_node (one-op models), timing (stable repeats), op_runner (one op on one device), signature
 and cache (persistent SQLite cache), copies (transfer sweep and fit), estimate (roofline
 fallback), progress (callbacks, console), storage (JSON in and out), runner (the orchestration).
 """

@@ -53,7 +53,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -63,6 +62,7 @@ from planner.profile.cache import ProfileCache, default_cache_path
 from planner.profile.costs import measured_as
 from planner.profile.devices import Device, create_session, parse_device
 from planner.profile.graph_workspace_cost import measurement_cost
+from planner.profile.host_memory import available_host_bytes
 from planner.profile.inputs import graph_input_values
 from planner.profile.machine import cpu_model, fingerprint, gpu_name
 from planner.profile.op_runner import BoundSession, kernel_events, workspace_from_event
@@ -72,7 +72,6 @@ from schemas.plan import Plan
 
 # Runs of the session: the first lays out ONNX Runtime's memory pattern, the second is read.
 RUNS = 2
-_MEMINFO = Path("/proc/meminfo")
 
 
 @dataclass(frozen=True)
@@ -161,17 +160,6 @@ def _read(events: list[dict], device: Device, ops: list[int | None]
             scratch[op_id] = workspace_from_event(args)
     rose = any(int(a.get("mem_in_use_peak", 0)) > carried for a in last)
     return scratch, not rose and any(scratch.values())
-
-
-def available_host_bytes() -> int | None:
-    """The host memory the kernel says is available now (None where it does not say)."""
-    try:
-        for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def host_bytes_needed(graph: Graph, live_bytes: int) -> int:

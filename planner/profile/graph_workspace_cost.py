@@ -21,9 +21,10 @@ measurement wrongly judged too slow leaves the plan the conservative bound.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.ir.graph import Graph
+from planner.ir.graph import Graph, Op
 from planner.profile.estimate import op_bytes, op_flops
 
 INPUT_BYTES_PER_S = 0.5e9
@@ -47,12 +48,14 @@ class MeasurementCost:
         return self.setup_s + runs * self.step_s
 
 
-def measurement_cost(graph: Graph, threads: int = 1, draw_inputs: bool = True
-                     ) -> MeasurementCost:
+def measurement_cost(graph: Graph, threads: int = 1, draw_inputs: bool = True,
+                     ops: Sequence[Op] | None = None) -> MeasurementCost:
     """The estimated cost of measuring `graph` on the CPU with `threads` intra-op threads
-    (`draw_inputs`: its input values are still to be generated)."""
+    (`draw_inputs`: its input values are still to be generated), or of running only `ops` of
+    it (the profiler's capture of a chunk's values)."""
+    run = graph.ops if ops is None else ops
     per_op = [max(op_flops(graph, op) / (FLOPS_PER_S * threads),
-                  op_bytes(graph, op) / BYTES_PER_S) + S_PER_NODE for op in graph.ops]
+                  op_bytes(graph, op) / BYTES_PER_S) + S_PER_NODE for op in run]
     inputs = sum(graph.tensors[t].nbytes for t in graph.inputs) if draw_inputs else 0
-    return MeasurementCost(inputs / INPUT_BYTES_PER_S + SESSION_S_PER_NODE * len(graph.ops),
+    return MeasurementCost(inputs / INPUT_BYTES_PER_S + SESSION_S_PER_NODE * len(run),
                            sum(per_op), max(per_op, default=0.0))

@@ -5,15 +5,17 @@ and divisions stay finite; integer inputs used as indices (Gather, GatherElement
 labels, ...) are kept inside the range their consumers accept, found by following the value
 through shape-only ops (Cast, Reshape, Unsqueeze, ...) to the op that indexes with it.
 
-Intermediates are captured by running the whole graph once on the CPU with every intermediate
-exposed as a graph output. When that fails (an op the CPU provider cannot run), values are
-propagated op by op instead and the outputs of an op that cannot run are generated, so that every
-other op still gets real-shaped inputs.
+Intermediates are captured by running, on the CPU, the part of the graph they depend on with just
+them exposed as graph outputs (the profiler asks for a chunk of them at a time, whose bytes fit its
+memory allowance: planner.profile.capture_plan). When that fails (an op the CPU provider cannot
+run), values are propagated op by op instead, each dropped after its last reader, and the outputs
+of an op that cannot run are generated, so that every other op still gets real-shaped inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import onnx
@@ -170,30 +172,73 @@ def initializer_values(graph: Graph) -> dict[int, np.ndarray]:
             for init in graph.proto.graph.initializer}
 
 
-def capture_values(graph: Graph, given: Mapping[str, np.ndarray] | None = None,
-                   threads: int = 1) -> dict[int, np.ndarray]:
-    """A value for every tensor of the graph (inputs, initializers, every op output)."""
+def resident_values(graph: Graph, given: Mapping[str, np.ndarray] | None = None
+                    ) -> dict[int, np.ndarray]:
+    """The values every capture is fed or holds: graph inputs (given or generated) and
+    initializers."""
     values = graph_input_values(graph, given)
     values.update(initializer_values(graph))
-    try:
-        values.update(_run_whole_graph(graph, values, threads))
-    except Exception:  # noqa: BLE001 - any ORT failure: fall back to op-by-op propagation
-        values.update(_propagate_op_by_op(graph, values, threads))
     return values
 
 
-def _run_whole_graph(graph: Graph, values: dict[int, np.ndarray], threads: int
-                     ) -> dict[int, np.ndarray]:
+def capture_values(graph: Graph, given: Mapping[str, np.ndarray] | None = None,
+                   threads: int = 1) -> dict[int, np.ndarray]:
+    """A value for every tensor of the graph (inputs, initializers, every op output): the whole
+    step at once, for small graphs (the profiler captures in chunks, `capture_tensors`)."""
+    values = resident_values(graph, given)
+    values.update(capture_tensors(graph, values, [t for op in graph.ops for t in op.output_ids],
+                                  threads))
+    return values
+
+
+def producers_of(graph: Graph, wanted: Collection[int]) -> list[Op]:
+    """The ops that `wanted` tensors depend on (their producers and those ops' own producers,
+    transitively), in graph order."""
+    needed: set[int] = set()
+    stack = [graph.tensors[t].producer for t in wanted]
+    while stack:
+        op_id = stack.pop()
+        if op_id is None or op_id in needed:
+            continue
+        needed.add(op_id)
+        stack.extend(graph.tensors[t].producer for t in graph.ops[op_id].input_ids)
+    return [graph.ops[i] for i in sorted(needed)]
+
+
+def capture_tensors(graph: Graph, resident: Mapping[int, np.ndarray], wanted: Collection[int],
+                    threads: int = 1) -> dict[int, np.ndarray]:
+    """The values of the op outputs `wanted`, from one run of only the ops they depend on, fed
+    the graph inputs in `resident`; no other intermediate outlives the run."""
+    wanted = [t for t in dict.fromkeys(wanted) if graph.tensors[t].producer is not None]
+    if not wanted:
+        return {}
+    ops = producers_of(graph, wanted)
+    try:
+        return _run_subgraph(graph, ops, resident, wanted, threads)
+    except Exception:  # noqa: BLE001 - any ORT failure: fall back to op-by-op propagation
+        return _propagate_op_by_op(graph, ops, resident, wanted, threads)
+
+
+def _run_subgraph(graph: Graph, ops: list[Op], values: Mapping[int, np.ndarray],
+                  wanted: list[int], threads: int) -> dict[int, np.ndarray]:
+    """`ops` (graph order) run as one session whose outputs are `wanted`. The session has no
+    arena: every value is its own allocation, so the intermediates it frees along the run and
+    its working memory are given back at once instead of staying in arena regions that the
+    returned values pin."""
     model = onnx.ModelProto()
     model.CopyFrom(graph.proto)
     typed = {v.name: v for v in [*model.graph.value_info, *model.graph.output, *model.graph.input]}
-    wanted = [t for op in graph.ops for t in op.output_ids]
+    kept = {graph.tensors[t].name for op in ops for t in op.output_ids}
+    nodes = [n for n in model.graph.node if any(name in kept for name in n.output if name)]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
     del model.graph.output[:]
     for t in wanted:
         name = graph.tensors[t].name
         model.graph.output.append(typed.get(name) or _value_info(graph, t))
-    session = ort.InferenceSession(model.SerializeToString(), session_options(threads),
-                                   providers=[CPU_PROVIDER])
+    options = session_options(threads)
+    options.enable_cpu_mem_arena = False
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=[CPU_PROVIDER])
     feeds = {graph.tensors[t].name: values[t] for t in graph.inputs}
     outputs = session.run([graph.tensors[t].name for t in wanted], feeds)
     return dict(zip(wanted, outputs, strict=True))
@@ -204,23 +249,28 @@ def _value_info(graph: Graph, t: int) -> onnx.ValueInfoProto:
     return onnx.helper.make_tensor_value_info(tensor.name, tensor.elem_type, list(tensor.shape))
 
 
-def _propagate_op_by_op(graph: Graph, values: dict[int, np.ndarray], threads: int
-                        ) -> dict[int, np.ndarray]:
+def _propagate_op_by_op(graph: Graph, ops: list[Op], values: Mapping[int, np.ndarray],
+                        wanted: list[int], threads: int) -> dict[int, np.ndarray]:
+    """`ops` run one by one (the outputs of an op that cannot run on the CPU are generated), each
+    intermediate dropped after its last reader among them unless it is wanted."""
     from planner.profile.single_node import single_node_model
 
-    produced: dict[int, np.ndarray] = {}
+    keep = set(wanted)
+    readers = Counter(t for op in ops for t in op.input_ids)
     known = dict(values)
     rng = np.random.default_rng(1)
-    for op in graph.ops:
+    for op in ops:
         try:
             model = single_node_model(graph, op)
             session = ort.InferenceSession(model.SerializeToString(), session_options(threads),
                                            providers=[CPU_PROVIDER])
             feeds = {graph.tensors[t].name: known[t] for t in op.input_ids}
             outs = session.run([graph.tensors[t].name for t in op.output_ids], feeds)
-            results = dict(zip(op.output_ids, outs, strict=True))
+            known.update(zip(op.output_ids, outs, strict=True))
         except Exception:  # noqa: BLE001 - the op cannot run on the CPU: make up its outputs
-            results = {t: generate_value(graph, t, rng) for t in op.output_ids}
-        known.update(results)
-        produced.update(results)
-    return produced
+            known.update({t: generate_value(graph, t, rng) for t in op.output_ids})
+        readers.subtract(op.input_ids)
+        for t in (*op.input_ids, *op.output_ids):
+            if readers[t] <= 0 and t not in keep and t not in values:
+                known.pop(t, None)
+    return {t: known[t] for t in wanted}

@@ -1,15 +1,17 @@
 """`profile_graph`: per-op costs of a graph on each device, from the cache or measured now.
 
 Steps: check each device by creating a real session on it; look every (op, device) up in the
-persistent cache; for the rest, capture real input values once (planner.profile.inputs) and
-measure each distinct op signature once per device (planner.profile.op_runner); give ops that no
-device can run a labelled roofline estimate; measure copy costs between devices; assemble the
+persistent cache; for the rest, measure each distinct op signature once per device
+(planner.profile.op_runner) on real input values, captured a chunk of ops at a time within a
+memory allowance (planner.profile.capture_plan, planner.profile.inputs); give ops that no device
+can run a labelled roofline estimate; measure copy costs between devices; assemble the
 `schemas.profile.Profile`.
 
-With a time limit, measuring stops when it is spent: the capture (one whole-graph run, which
-cannot be stopped) is not started when its estimated cost (planner.profile.graph_workspace_cost)
-does not fit, and no op is measured whose timing cap would pass the deadline. What is left
-unmeasured gets the same labelled roofline estimate, with the conservative scratch bound of
+With a time limit, measuring stops when it is spent: a chunk's capture (a run of the graph,
+which cannot be stopped) is not started when its estimated cost
+(planner.profile.graph_workspace_cost) does not fit, and no op is measured whose timing cap would
+pass the deadline. What is left unmeasured, and an op whose inputs alone exceed the memory
+allowance, gets the same labelled roofline estimate, with the conservative scratch bound of
 planner.profile.workspace_bound as its workspace, and is not cached.
 """
 
@@ -27,10 +29,12 @@ from planner.errors import InvalidInputError
 from planner.ir.graph import Graph, Op
 from planner.profile import estimate
 from planner.profile.cache import CachedCost, CacheKey, ProfileCache, default_cache_path
+from planner.profile.capture_plan import plan_capture
 from planner.profile.copies import DEFAULT_SIZES, measure_copies
 from planner.profile.devices import Device, check_device, parse_devices
 from planner.profile.graph_workspace_cost import measurement_cost
-from planner.profile.inputs import capture_values
+from planner.profile.host_memory import capture_allowance_bytes
+from planner.profile.inputs import capture_tensors, producers_of, resident_values
 from planner.profile.machine import describe_machine, fingerprint
 from planner.profile.op_runner import kernel_clock, measure_op, run_overhead
 from planner.profile.progress import ProgressCallback, ProgressEvent
@@ -46,6 +50,7 @@ from schemas.profile import (
     Roofline,
     TimingSettings,
 )
+from schemas.units import format_bytes
 
 DEFAULT_CACHE = "default"
 TIMING_METHOD = (
@@ -98,6 +103,7 @@ def profile_graph(
     rooflines: Mapping[str, Roofline] | None = None,
     copy_sizes: Sequence[int] = DEFAULT_SIZES,
     time_limit_s: float | None = None,
+    memory_allowance_bytes: int | None = None,
 ) -> Profile:
     """Measure every op of `graph` on every device in `devices` ("cpu", "cuda:N").
 
@@ -105,7 +111,9 @@ def profile_graph(
     "default" (the user's cache file), a path, an open ProfileCache, or None for no caching;
     `progress` receives ProgressEvents; `rooflines` (device -> Roofline) configures the
     analytical fallback instead of measuring it; `time_limit_s` stops the measuring of ops
-    (those left get the analytical fallback, labelled "estimated").
+    (those left get the analytical fallback, labelled "estimated"); `memory_allowance_bytes`
+    bounds the captured input values held at once (default: a share of the host's available
+    memory, planner.profile.host_memory; ops reading more get the fallback too).
     """
     started = time.perf_counter()
     deadline = None if time_limit_s is None else started + time_limit_s
@@ -123,9 +131,8 @@ def profile_graph(
                                    time.perf_counter() - started))
 
     try:
-        entries = _measure_all(graph, targets, machine, store, given, threads, policy, report,
-                               deadline)
-        stats, profiles = entries
+        stats, profiles = _measure_all(graph, targets, machine, store, given, threads, policy,
+                                       report, deadline, memory_allowance_bytes)
         if any(_missing(p, targets) for p in profiles):
             roofs = _rooflines(targets, machine, store, threads, rooflines or {})
             _estimate_missing(graph, profiles, targets, roofs)
@@ -157,6 +164,9 @@ def profile_graph(
     )
     unmeasured = f", {stats['unmeasured']} left to estimates: out of time" if stats[
         "unmeasured"] else ""
+    if stats["over_allowance"]:
+        unmeasured += (f", {stats['over_allowance']} left to estimates: their inputs exceed the "
+                       f"capture's memory allowance of {format_bytes(stats['allowance'])}")
     report("done", 1, 1, f"{len(graph.ops)} ops on {', '.join(profile.devices)} in "
            f"{profile.total_seconds:.1f}s ({stats['hits']} cache hits, {stats['misses']} "
            f"measured{unmeasured})", stats["hits"])
@@ -166,15 +176,16 @@ def profile_graph(
 def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
                  store: ProfileCache | None, given: dict[str, np.ndarray] | None, threads: int,
                  policy: TimingPolicy, report: Callable[..., None], deadline: float | None,
-                 ) -> tuple[dict[str, int], list[OpProfile]]:
+                 allowance_bytes: int | None) -> tuple[dict[str, int], list[OpProfile]]:
     """The cached and newly measured costs of every (op, device), and the counts of cache hits,
-    measurements, signatures measured once for several ops and ops left unmeasured (out of
-    time: no entry for that device)."""
+    measurements, signatures measured once for several ops, and ops left unmeasured (no entry
+    for that device): out of time, or reading more than the capture's memory allowance."""
     signatures = [op_signature(graph, op) for op in graph.ops]
     fingerprints = {d.name: device_fingerprint(machine, d) for d in targets}
     profiles = [OpProfile(op_id=op.id, name=op.name, op_type=op.op_type) for op in graph.ops]
     total = len(graph.ops) * len(targets)
-    hits = misses = deduplicated = unmeasured = 0
+    stats = dict.fromkeys(("hits", "misses", "deduplicated", "unmeasured", "over_allowance",
+                           "allowance"), 0)
     pending: list[tuple[Op, Device, CacheKey]] = []
 
     def record(op: Op, device: Device, cost: CachedCost, cached: bool) -> None:
@@ -193,54 +204,94 @@ def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
             if found is None:
                 pending.append((op, device, key))
             else:
-                hits += 1
+                stats["hits"] += 1
                 record(op, device, found, cached=True)
-    report("ops", hits, total, "cache lookups", hits)
-    if pending and not _capture_fits(graph, threads, given is None, deadline):
-        return {"hits": hits, "misses": 0, "deduplicated": 0, "unmeasured": len(pending)}, profiles
-    if pending:
-        report("capture", 0, 1, "running the whole graph once for real inputs")
-        values = capture_values(graph, given, threads)
-        report("capture", 1, 1)
-        overheads = {d.name: run_overhead(d, threads, policy)
-                     for d in {device for _, device, _ in pending}}
-        memo: dict[tuple[str, str], CachedCost] = {}
-        with tempfile.TemporaryDirectory(prefix="arenaplan-profile-") as scratch:
-            for done, (op, device, key) in enumerate(pending, start=1):
-                memo_key = (key.digest, device.name)
-                if memo_key in memo:
-                    deduplicated += 1
-                    record(op, device, memo[memo_key], cached=False)
-                elif deadline is not None and (time.perf_counter() + policy.max_seconds_per_op
-                                               >= deadline):  # its timing could overrun
-                    unmeasured += 1
-                    continue
-                else:
-                    result = measure_op(graph, op, values, device, threads, policy,
-                                        overheads[device.name], scratch)
-                    misses += 1
-                    if result.timing is None:
-                        cost = CachedCost(False, reason=result.reason)
-                    else:
-                        cost = CachedCost(True, result.timing.median, result.timing.spread,
-                                          result.timing.repeats, result.workspace_bytes)
-                    memo[memo_key] = cost
+    report("ops", stats["hits"], total, "cache lookups", stats["hits"])
+    if not pending:
+        return stats, profiles
+    # One measurement per signature and device; the other ops with that signature share it.
+    leaders: dict[tuple[str, str], tuple[Op, Device, CacheKey]] = {}
+    for op, device, key in pending:
+        leaders.setdefault((key.digest, device.name), (op, device, key))
+    by_op: dict[int, list[tuple[Device, CacheKey]]] = {}
+    for op, device, key in leaders.values():
+        by_op.setdefault(op.id, []).append((device, key))
+    allowance = allowance_bytes if allowance_bytes is not None else capture_allowance_bytes(
+        sum(t.nbytes for t in graph.tensors if t.producer is None))
+    plan = plan_capture(graph, [graph.ops[i] for i in by_op], allowance)
+    stats["allowance"] = -1 if allowance is None else allowance
+    if plan.over_allowance:
+        report("capture", 0, len(plan.chunks), f"{len(plan.over_allowance)} ops read more than "
+               f"the capture's memory allowance of {format_bytes(allowance or 0)}: estimated")
+    memo: dict[tuple[str, str], CachedCost] = {}
+    done = stats["hits"]
+    resident: dict[int, np.ndarray] | None = None
+    overheads: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="arenaplan-profile-") as scratch:
+        for index, chunk in enumerate(plan.chunks):
+            runs = producers_of(graph, chunk.tensors)
+            if not _capture_fits(graph, threads, resident is None and given is None, deadline,
+                                 runs):
+                break
+            if resident is None:
+                resident = resident_values(graph, given)
+                overheads = {d.name: run_overhead(d, threads, policy)
+                             for d in {device for _, device, _ in leaders.values()}}
+            report("capture", index, len(plan.chunks),
+                   f"running {len(runs)} ops for the {format_bytes(chunk.nbytes)} of inputs of "
+                   f"{len(chunk.ops)} ops (allowance {_allowance_text(allowance)})")
+            values = {**resident, **capture_tensors(graph, resident, chunk.tensors, threads)}
+            report("capture", index + 1, len(plan.chunks))
+            for op in chunk.ops:
+                for device, key in by_op[op.id]:
+                    if deadline is not None and (time.perf_counter() + policy.max_seconds_per_op
+                                                 >= deadline):  # its timing could overrun
+                        continue
+                    cost = _measure(graph, op, values, device, threads, policy,
+                                    overheads[device.name], scratch)
+                    memo[(key.digest, device.name)] = cost
+                    stats["misses"] += 1
                     if store is not None:
                         store.put(key, cost)
-                    record(op, device, cost, cached=False)
-                report("ops", hits + done, total, f"{op.op_type} {op.name} on {device.name}",
-                       hits)
-    return {"hits": hits, "misses": misses, "deduplicated": deduplicated,
-            "unmeasured": unmeasured}, profiles
+                    done += 1
+                    report("ops", done, total, f"{op.op_type} {op.name} on {device.name}",
+                           stats["hits"])
+            del values  # released before the next chunk is captured
+    over = {op.id for op in plan.over_allowance}
+    for op, device, key in pending:
+        leader = leaders[(key.digest, device.name)][0]
+        found = memo.get((key.digest, device.name))
+        if found is None:
+            stats["over_allowance" if leader.id in over else "unmeasured"] += 1
+            continue
+        record(op, device, found, cached=False)
+        if leader is not op:
+            stats["deduplicated"] += 1
+    report("ops", total, total, "", stats["hits"])
+    return stats, profiles
 
 
-def _capture_fits(graph: Graph, threads: int, draw_inputs: bool, deadline: float | None
-                  ) -> bool:
-    """Whether the whole-graph run that captures every op's inputs, which cannot be stopped, is
+def _measure(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Device, threads: int,
+             policy: TimingPolicy, overhead: float, scratch: str) -> CachedCost:
+    result = measure_op(graph, op, values, device, threads, policy, overhead, scratch)
+    if result.timing is None:
+        return CachedCost(False, reason=result.reason)
+    return CachedCost(True, result.timing.median, result.timing.spread, result.timing.repeats,
+                      result.workspace_bytes)
+
+
+def _allowance_text(allowance: int | None) -> str:
+    return "none: the host's available memory is unknown" if allowance is None else (
+        format_bytes(allowance))
+
+
+def _capture_fits(graph: Graph, threads: int, draw_inputs: bool, deadline: float | None,
+                  ops: Sequence[Op]) -> bool:
+    """Whether the run of `ops` that captures a chunk's inputs, which cannot be stopped, is
     estimated to end before `deadline` (no deadline: it always fits)."""
     if deadline is None:
         return True
-    cost = measurement_cost(graph, threads, draw_inputs)
+    cost = measurement_cost(graph, threads, draw_inputs, ops)
     return time.perf_counter() + cost.total(1) <= deadline
 
 
