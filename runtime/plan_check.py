@@ -34,8 +34,8 @@ from runtime.errors import ArenaBudgetError, ModelMismatchError, PlanCheckError
 from runtime.model import RuntimeModel, ValueType
 from runtime.plan_io import check_schema_version
 from schemas.plan import (
-    DATA_IN_PLACE_OP_TYPES,
     IN_PLACE_OP_TYPES,
+    SINGLE_INPUT_IN_PLACE_OP_TYPES,
     VIEW_OP_TYPES,
     BufferSpec,
     ComputeStep,
@@ -343,25 +343,25 @@ def _shared_write_problem(b: BufferSpec, writer: ComputeStep | None,
     """Why `writer` may not write `b` into bytes it shares (None when it may). A view is written
     by a view op whose data input (input 0) is at the same address, so the kernel writes
     nothing; an in-place value by an op that may write over an input of the same address and
-    size, each element (row) read before it is written; a scatter only over its data input, with
-    no other input in that storage."""
+    size, each element (row) read before it is written; a scatter (Gemm) only over its data input
+    (its addend C), with no other input in that storage."""
     if writer is None:
         return "but a copy writes only buffers that own their bytes"
     view = b.shares == "view"
     if writer.op_type not in (VIEW_OP_TYPES if view else IN_PLACE_OP_TYPES):
         kind = "a view op" if view else "an op that may write over its input"
         return f"but {writer.op_name} ({writer.op_type}) is not {kind}"
-    data_only = view or writer.op_type in DATA_IN_PLACE_OP_TYPES
-    if not view and data_only and any(
+    slot = 0 if view else SINGLE_INPUT_IN_PLACE_OP_TYPES.get(writer.op_type)
+    if not view and slot is not None and any(
             (src := buffers.get(i or "")) is not None and src.storage == b.storage
-            for i in writer.inputs[1:]):
-        return f"but {writer.op_name} ({writer.op_type}) reads its updates from the same storage"
-    for src_id in writer.inputs[:1] if data_only else writer.inputs:
+            for k, i in enumerate(writer.inputs) if k != slot):
+        return f"but {writer.op_name} ({writer.op_type}) reads other inputs from the same storage"
+    for src_id in writer.inputs if slot is None else writer.inputs[slot:slot + 1]:
         src = buffers.get(src_id or "")
         if src is not None and src.storage == b.storage and src.offset == b.offset and (
                 view or src.size == b.size):
             return None
-    where = "its data input" if data_only else "an input of the same size"
+    where = "an input of the same size" if slot is None else f"its input {slot}"
     return f"but {writer.op_name} ({writer.op_type}) does not read {where} at its address"
 
 

@@ -12,9 +12,11 @@ Planner and runtime must agree on that graph to the byte: plan op ids index its 
 `optimized_model` here (the runtime imports nothing of the planner), and the plan names the
 sha256 of its result (`OptimizedGraph.sha256`) next to that of the model the user sent (from
 which plan ids are computed). The function is ONNX Runtime's own rewrite, saved with
-`SessionOptions.optimized_model_filepath`; the one change made to it is that the copy nodes the
-CUDA provider inserts between providers (MemcpyFromHost / MemcpyToHost) are removed: the plan
-places values and copies them itself. Another ONNX Runtime version may rewrite differently; the
+`SessionOptions.optimized_model_filepath`, with two changes: the copy nodes the CUDA provider
+inserts between providers (MemcpyFromHost / MemcpyToHost) are removed, since the plan places
+values and copies them itself; and a weight gradient's matrix product is folded into its SGD
+update (schemas.update_fusion), which ONNX Runtime does not do and which takes the gradient's
+bytes out of the step. Another ONNX Runtime version may rewrite differently; the
 digest then differs and the runtime refuses the plan with both versions named.
 """
 
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.update_fusion import fuse_sgd_updates
 
 GraphOptimization = Literal["disable", "basic", "extended"]
 # What the CLI and the service plan when a request does not say (PlanRequest's own default,
@@ -88,7 +92,8 @@ def onnxruntime_version() -> str:
 
 def optimized_model(data: bytes, level: Literal["basic", "extended"], providers: Sequence[str],
                     dims: Mapping[str, int] | None = None) -> bytes:
-    """The model bytes ONNX Runtime runs after its `level` rewrites for `providers`.
+    """The model bytes ONNX Runtime runs after its `level` rewrites for `providers` (and ours:
+    the module doc).
 
     Symbolic dims are bound first (as free-dimension overrides), so that shape-dependent
     rewrites see the shapes the plan is made for. Deterministic for one ONNX Runtime version.
@@ -119,7 +124,7 @@ def optimized_model(data: bytes, level: Literal["basic", "extended"], providers:
                 f"ONNX Runtime has no {', '.join(missing)} on this machine, so it cannot optimize "
                 "the graph for it")
         written = path.read_bytes()
-    return _without_copy_nodes(written)
+    return fuse_sgd_updates(_without_copy_nodes(written))
 
 
 def rebuild(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int] | None) -> bytes:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
@@ -46,20 +48,25 @@ DEVICE_PATTERN = re.compile(r"cpu(:\d+)?|cuda:\d+")  # the whole name: fullmatch
 # Ops whose output is their first input's bytes under another shape: a `view` buffer is written
 # by one of these, reading a buffer of the same storage, and the kernel writes nothing.
 VIEW_OP_TYPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
-# Ops that write their output over their data input (input 0) only, and only when no other input
-# shares its bytes: ONNX Runtime's kernels copy the data into the output unless both are the same
-# address, then write the updates at their indices (the loss gradient's one-hot scatter is a
-# logits-sized buffer).
-DATA_IN_PLACE_OP_TYPES = frozenset({"ScatterElements", "ScatterND"})
+# Ops that may write their output over one input only (op type -> that input's index), and only
+# when no other input shares its bytes. Scatters over their data input (0): ONNX Runtime's kernels
+# copy the data into the output unless both are the same address, then write the updates at their
+# indices (the loss gradient's one-hot scatter is a logits-sized buffer). Gemm over its addend C
+# (2): the kernel copies C into the output (nothing to do at the same address), then accumulates
+# alpha * A @ B into it, each element reading only its own element of C; A and B are read
+# throughout, so they must not share the output's bytes. That is how a weight gradient's matrix
+# product becomes the SGD update itself (schemas.update_fusion).
+SINGLE_INPUT_IN_PLACE_OP_TYPES: Mapping[str, int] = MappingProxyType(
+    {"ScatterElements": 0, "ScatterND": 0, "Gemm": 2})
 # Ops that may write their output over an input of the same shape and dtype: an `in_place`
 # buffer is written by one of these over a buffer it reads. Elementwise ops read element i of
 # every input before writing element i of the output; Softmax and LogSoftmax read a whole row
-# before writing it; DATA_IN_PLACE_OP_TYPES only over input 0.
+# before writing it; SINGLE_INPUT_IN_PLACE_OP_TYPES only over their one input.
 IN_PLACE_OP_TYPES = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log",
     "Max", "Min", "Clip", "Where", "Floor", "Ceil", "Relu", "Sigmoid", "Tanh", "Erf",
     "LeakyRelu", "Softplus", "Softmax", "LogSoftmax",
-}) | DATA_IN_PLACE_OP_TYPES
+}) | frozenset(SINGLE_INPUT_IN_PLACE_OP_TYPES)
 # Sizes the solvers and ONNX shapes can hold (int64); a JSON `true` is no number of bytes.
 WholeNumber = Annotated[int, Strict(), Field(lt=2**63)]
 SolverStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]

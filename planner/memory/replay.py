@@ -27,7 +27,7 @@ from typing import Literal, NamedTuple
 
 from planner.ir.graph import Graph, Op
 from planner.memory.schedule import Compute, Copy, Free, Schedule, ScheduleError
-from planner.memory.sharing import DATA_IN_PLACE_OPS, VIEW_OPS, Sharing, state_updates
+from planner.memory.sharing import SINGLE_INPUT_IN_PLACE_OPS, VIEW_OPS, Sharing, state_updates
 from planner.memory.zones import live_curve, persistent_tensors
 
 
@@ -325,9 +325,10 @@ def _storage_for(walk: Replay, sharing: Sharing, storages: _Storages, op: Op, w:
         if tensor not in candidates or read is None:
             continue
         owner = read.owner
-        if op.op_type in DATA_IN_PLACE_OPS and any(
-                r is not None and r.owner is owner for r in io.reads[slot + 1:]):
-            continue  # a scatter would read its updates from the bytes it writes
+        if op.op_type in SINGLE_INPUT_IN_PLACE_OPS and any(
+                r is not None and r.owner is owner
+                for k, r in enumerate(io.reads) if k != slot):
+            continue  # a scatter (Gemm) would read its updates (factors) from the bytes it writes
         if _may_overwrite(walk, sharing, storages, owner, w, io, step, barred):
             chain = owner.preloaded and owner.tensor in sharing.update_chains
             options.append((not chain, slot, owner))

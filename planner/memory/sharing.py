@@ -9,7 +9,9 @@ do better, and so do we (issue 13):
   whatever the order; the storage lives until the last read of any of its views.
 - **In place.** An op of `IN_PLACE_OPS` (elementwise: each output element depends only on the
   same element of each input; Softmax and LogSoftmax: each row read before it is written; a
-  scatter: over its data input only, which its kernel otherwise copies into the output first)
+  scatter: over its data input only, which its kernel otherwise copies into the output first;
+  Gemm: over its addend C only, the same way, which makes a fused SGD update
+  `W - lr * A @ B` (schemas.update_fusion) write the new weight over the old one)
   may write its output over an input with the same shape and dtype when
   nothing reads that storage afterwards and the value need not survive: not a constant, not a
   graph input other than state, not a graph output. Whether that holds depends on the schedule
@@ -34,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from planner.ir.graph import Graph, Op, Tensor
-from schemas.plan import DATA_IN_PLACE_OP_TYPES, IN_PLACE_OP_TYPES, VIEW_OP_TYPES
+from schemas.plan import IN_PLACE_OP_TYPES, SINGLE_INPUT_IN_PLACE_OP_TYPES, VIEW_OP_TYPES
 
 # The plan contract names the ops (schemas.plan): views write nothing (ONNX Runtime registers them
 # with an output aliasing input 0 and skips the copy when the addresses are equal); the in-place
@@ -43,7 +45,7 @@ from schemas.plan import DATA_IN_PLACE_OP_TYPES, IN_PLACE_OP_TYPES, VIEW_OP_TYPE
 # the output bound on the input's bytes).
 VIEW_OPS = VIEW_OP_TYPES
 IN_PLACE_OPS = IN_PLACE_OP_TYPES
-DATA_IN_PLACE_OPS = DATA_IN_PLACE_OP_TYPES
+SINGLE_INPUT_IN_PLACE_OPS = SINGLE_INPUT_IN_PLACE_OP_TYPES
 # ONNX Runtime's CUDA Max/Min with three or more inputs (broadcast, or more than eight) zero the
 # output before accumulating into it: in place only with two inputs.
 VARIADIC_OPS = frozenset({"Max", "Min"})
@@ -86,14 +88,15 @@ def takes_over_storage(old_value_reads: Iterable[int], written_at: int) -> bool:
 
 
 def over_inputs(op: Op) -> tuple[int, ...]:
-    """The inputs `op` may write its output over: its data input only for a scatter (and only
-    when no other input reads the same tensor: it reads its updates while writing), else any."""
-    if op.op_type not in DATA_IN_PLACE_OPS:
+    """The inputs `op` may write its output over: for a scatter or Gemm only its one input (and
+    only when no other input reads the same tensor: it reads them while writing), else any."""
+    slot = SINGLE_INPUT_IN_PLACE_OPS.get(op.op_type)
+    if slot is None:
         return op.input_ids
-    data = op.inputs[0]
-    if data is None or data in op.inputs[1:]:
+    target = op.inputs[slot] if slot < len(op.inputs) else None
+    if target is None or target in op.inputs[:slot] + op.inputs[slot + 1:]:
         return ()
-    return (data,)
+    return (target,)
 
 
 def same_bytes(a: Tensor, b: Tensor) -> bool:

@@ -36,9 +36,9 @@ from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, check_layout
 from planner.plan.live import range_curves, storage_ranges
 from schemas.plan import (
-    DATA_IN_PLACE_OP_TYPES,
     IN_PLACE_OP_TYPES,
     PLAN_SCHEMA_VERSION,
+    SINGLE_INPUT_IN_PLACE_OP_TYPES,
     VIEW_OP_TYPES,
     BufferSpec,
     ComputeStep,
@@ -258,14 +258,17 @@ def _check_sharing_write(graph: Graph, s: ComputeStep, step: int, b_id: str,
             return [f"step {step} ({s.op_name}) writes view {b_id}, but a {s.op_type} reading "
                     f"{source.id if source else 'nothing'} cannot be a view of {b.storage}"]
         return []
-    if s.op_type in DATA_IN_PLACE_OP_TYPES:  # over its data input, which no other input shares
-        data, others = read[:1], read[1:]
-        read = data if data and data[0].id == s.inputs[0] and all(
+    slot = SINGLE_INPUT_IN_PLACE_OP_TYPES.get(s.op_type)
+    if slot is not None:  # over its one input (a scatter's data, Gemm's C), no other input's
+        target = buffers.get(s.inputs[slot] or "") if slot < len(s.inputs) else None
+        others = [buffers[i] for k, i in enumerate(s.inputs)
+                  if k != slot and i is not None and i in buffers]
+        read = [target] if target is not None and all(
             r.storage != b.storage for r in others) else []
     if s.op_type not in IN_PLACE_OP_TYPES or not any(
             r.storage == b.storage and r.shape == b.shape and r.dtype == b.dtype for r in read):
         return [f"step {step} ({s.op_name}, {s.op_type}) cannot write {b_id} in place: it must "
-                f"be an elementwise op reading a buffer of storage {b.storage} with its shape"]
+                f"be an in-place op reading a buffer of storage {b.storage} with its shape"]
     return []
 
 

@@ -126,7 +126,7 @@ def in_place_cases() -> list[Case]:
               Case("Where", (condition, x, y), 2, "Where-over-y"),
               Case("Where", (condition, x, _values(rng, (), "any")), 1, "Where-scalar-y-over-x"),
               Case("Where", (condition[:1], x, y), 2, "Where-row-condition-over-y")]
-    cases += row_cases(rng) + scatter_cases(rng)
+    cases += row_cases(rng) + scatter_cases(rng) + gemm_cases(rng)
     return cases
 
 
@@ -159,6 +159,22 @@ def scatter_cases(rng: np.random.Generator) -> list[Case]:
         Case("ScatterND", (data, rows.astype(np.int64), _values(rng, (10, SHAPE[1]), "any")), 0,
              "ScatterND-rows"),
     ]
+
+
+def gemm_cases(rng: np.random.Generator) -> list[Case]:
+    """Gemm over its addend C: a fused SGD step `W - lr * A^T @ B` (schemas.update_fusion), with
+    a long inner dimension (the CPU kernel accumulates it into the output in several passes) and
+    a short one (a batch of 16), transposed as a weight gradient is and not."""
+    m, n = SHAPE
+    cases = []
+    for k in (16, 700):
+        weight = _values(rng, SHAPE, "any")
+        a_t, b = _values(rng, (k, m), "any"), _values(rng, (k, n), "any")
+        cases.append(Case("Gemm", (a_t, b, weight), 2, f"Gemm-sgd-k{k}",
+                          {"alpha": -0.01, "beta": 1.0, "transA": 1}))
+        cases.append(Case("Gemm", (np.ascontiguousarray(a_t.T), b, weight), 2, f"Gemm-beta-k{k}",
+                          {"alpha": 0.5, "beta": 0.9}))
+    return cases
 
 
 CASES = in_place_cases()
@@ -198,9 +214,10 @@ def run_bound(model: bytes, inputs: tuple[np.ndarray, ...], over: int, device: R
     return [np.array(value.numpy(), copy=True) for value in values], target.data_ptr(), actual
 
 
-def reference(model: bytes, inputs: tuple[np.ndarray, ...]) -> np.ndarray:
-    """The op's output from a normal run (onnxruntime allocates the output)."""
-    session = _session(model, parse_device("cpu"))
+def reference(model: bytes, inputs: tuple[np.ndarray, ...], threads: int = 1) -> np.ndarray:
+    """The op's output from a normal run (onnxruntime allocates the output) with as many
+    threads (a multi-threaded Gemm splits its work, and so its rounding, differently)."""
+    session = _session(model, parse_device("cpu"), threads)
     feeds = {info.name: a for info, a in zip(session.get_inputs(), inputs, strict=True)}
     return session.run(None, feeds)[0]
 
@@ -217,7 +234,7 @@ def test_in_place_op_writes_its_output_over_its_input(case, device, threads):
     model = case.model()
     after, bound, actual = run_bound(model, case.inputs, case.over, parse_device(device), threads)
     assert actual == bound, "onnxruntime did not write the output into the input's bytes"
-    expected = reference(model, case.inputs)
+    expected = reference(model, case.inputs, threads)
     if device == "cpu":
         assert _same_bits(after[case.over], expected), "in place differs from a normal run"
     else:  # GPU kernels may round differently from the CPU reference, not from themselves
@@ -411,5 +428,5 @@ def test_the_runtime_refuses_a_scatter_written_over_its_updates(tmp_path):
                                                 for b in plan.buffers]})
     with pytest.raises(PlanCheckError) as refused:
         PlanExecutor(path, wrong)
-    assert any("reads its updates from the same storage" in p for p in refused.value.problems), \
+    assert any("reads other inputs from the same storage" in p for p in refused.value.problems), \
         refused.value.problems

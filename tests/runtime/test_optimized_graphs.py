@@ -1,6 +1,7 @@
 """Plans of the graph ONNX Runtime would run (issue 16): planned, validated, run and checked.
 
-mlp_sgd's extended rewrite holds ONNX Runtime's FusedGemm and FusedMatMul; cnn_bn_momentum's
+mlp_sgd's extended rewrite holds ONNX Runtime's FusedGemm and our fused SGD updates (GPT-2's
+FusedMatMul); cnn_bn_momentum's
 basic rewrite folds a momentum update into a Gemm (the state is carried over by name). Each plan
 runs in its arena and `arenaplan run --check` compares it with ONNX Runtime's default session on
 the model as sent, within the stated tolerance; a plan whose optimized graph this ONNX Runtime
@@ -61,9 +62,25 @@ def test_the_plan_names_the_model_sent_and_the_graph_it_was_made_for(name, level
 
 
 def test_extended_plans_onnxruntime_fused_ops():
+    ops = {name: {s.op_type for s in optimized_plan(name, "extended").steps
+                  if s.kind == "compute"} for name in ("mlp_sgd", "gpt2_tiny_adam")}
+    assert "FusedGemm" in ops["mlp_sgd"] and "FusedMatMul" in ops["gpt2_tiny_adam"]
+
+
+def test_sgd_updates_are_fused_gemms_written_over_their_weights():
+    """schemas.update_fusion: each of mlp_sgd's three weight gradients (a FusedMatMul carrying
+    the learning rate, then a Sub) is one Gemm accumulating into the weight's own bytes."""
     plan = optimized_plan("mlp_sgd", "extended")
-    fused = {s.op_type for s in plan.steps if s.kind == "compute"} & {"FusedGemm", "FusedMatMul"}
-    assert fused == {"FusedGemm", "FusedMatMul"}
+    buffers = {b.id: b for b in plan.buffers}
+    fused = [s for s in plan.steps
+             if s.kind == "compute" and s.op_name.endswith("/SgdUpdateFusion")]
+    written = {buffers[s.outputs[0]].tensor: buffers[s.outputs[0]] for s in fused}
+    assert set(written) == {f"fc{k}.weight.updated" for k in (1, 2, 3)}
+    for s in fused:
+        weight = buffers[s.inputs[2]]
+        assert s.op_type == "Gemm" and weight.tensor + ".updated" in written
+        assert written[weight.tensor + ".updated"].shares == "in_place"
+        assert written[weight.tensor + ".updated"].storage == weight.storage
 
 
 @pytest.mark.parametrize("name, level", CASES)
@@ -120,7 +137,8 @@ def test_the_validator_refuses_the_model_graph_for_an_optimized_plan():
 def test_the_fused_ops_are_profiled_on_the_cpu():
     graph = load_graph(model_path("mlp_sgd"), optimization="extended")
     profile = profile_graph(graph, ["cpu"], cache=None, policy=QUICK_POLICY)
-    fused = [p for p in profile.ops if p.op_type in ("FusedGemm", "FusedMatMul")]
+    fused = [p for p in profile.ops if p.op_type == "FusedGemm" or
+             p.name.endswith("/SgdUpdateFusion")]
     assert len(fused) == 5
     assert all(p.costs["cpu"].source == "measured" for p in fused)
 

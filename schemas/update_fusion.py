@@ -1,0 +1,165 @@
+"""Fold a weight gradient's matrix product into its SGD update: `W - lr * (A @ B)` becomes
+`Gemm(A, B, C=W, alpha=-lr, beta=1)`, written over W.
+
+Why: a plain SGD step computes the gradient of a fully connected weight as a matrix product, scales
+it and subtracts it from the weight. Even with every in-place rule (planner.memory.sharing), the
+gradient is a buffer the size of the weight that exists next to it: VGG-11's first classifier
+layer holds 411 MB of weight and, while it is updated, 411 MB of gradient, so no order and no
+recomputation can plan that step below the persistent bytes plus 411 MB (the op-footprint bound).
+Gemm adds `alpha * A @ B` to its addend C and may write its output over C (schemas.plan
+.SINGLE_INPUT_IN_PLACE_OP_TYPES, proved bit-exact in tests/runtime/test_in_place_kernels.py): the
+product then accumulates straight into the weight's bytes and the gradient never exists as a
+buffer. PyTorch's optimizers cannot do this (gradients live in `.grad` until `step()`).
+
+Matched, in float32 only, with every intermediate read once and not a graph output:
+
+    P = Gemm(A, B) without C | FusedMatMul(A, B) without batch transposes | MatMul(A, B),
+        A and B of rank 2
+    S = Mul(P, c) | Mul(c, P), c a scalar float initializer   (optional: a FusedMatMul's alpha
+        already carries the learning rate when ONNX Runtime folded the scale into it)
+    U = Sub(W, S) | Add(W, S) | Add(S, W), W of P's static shape and neither A nor B
+
+and replaced by `U = Gemm(A, B, W, alpha=+-alpha_P * c, beta=1, transA, transB)` at U's place.
+
+Rounding: the kernel adds `alpha * A @ B` to W (in several passes over a long inner dimension)
+instead of rounding `lr * g` first, so the step differs from ONNX Runtime's own session in the
+last bits, like its own fusions do; `--check` compares optimized graphs with a tolerance.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+_CONTRIB = "com.microsoft"
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclass(frozen=True)
+class _Product:
+    """A rank-2 matrix product `alpha * op(A) @ op(B)` and the nodes that compute its scaled
+    value (the product, and the scaling Mul when there is one)."""
+
+    a: str
+    b: str
+    alpha: float
+    trans_a: int
+    trans_b: int
+    nodes: tuple[int, ...]  # indices into graph.node
+
+
+def fuse_sgd_updates(data: bytes) -> bytes:
+    """`data` (a serialized model) with every matched update fused (see the module doc); the
+    bytes unchanged when nothing matches, so the digest of a graph without one stays the same."""
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    graph = model.graph
+    shapes = _static_shapes(graph)
+    initializers = {i.name: i for i in graph.initializer}
+    reads = Counter(name for node in graph.node for name in node.input if name)
+    outputs = {v.name for v in graph.output}
+    producer = {out: k for k, node in enumerate(graph.node) for out in node.output}
+
+    def once(name: str) -> bool:
+        return reads[name] == 1 and name not in outputs
+
+    def attr(node: onnx.NodeProto, name: str, default: float) -> float:
+        found = [a for a in node.attribute if a.name == name]
+        return float(helper.get_attribute_value(found[0])) if found else default
+
+    def product(name: str) -> _Product | None:
+        k = producer.get(name)
+        if k is None or not once(name):
+            return None
+        node = graph.node[k]
+        kind = (node.domain if node.domain not in _DEFAULT_DOMAINS else "", node.op_type)
+        inputs = [x for x in node.input]
+        if kind == ("", "Gemm") and len(inputs) == 3 and inputs[2] == "":
+            inputs = inputs[:2]
+        if kind not in {("", "Gemm"), ("", "MatMul"), (_CONTRIB, "FusedMatMul")} or \
+                len(inputs) != 2 or any(len(shapes.get(x, (0, ()))[1]) != 2 for x in inputs):
+            return None
+        if kind[1] == "FusedMatMul" and (attr(node, "transBatchA", 0) or
+                                         attr(node, "transBatchB", 0)):
+            return None
+        return _Product(inputs[0], inputs[1], attr(node, "alpha", 1.0),
+                        int(attr(node, "transA", 0)), int(attr(node, "transB", 0)), (k,))
+
+    def scaled(name: str) -> _Product | None:
+        direct = product(name)
+        k = producer.get(name)
+        if direct is not None or k is None or not once(name):
+            return direct
+        node = graph.node[k]
+        if node.op_type != "Mul" or node.domain not in _DEFAULT_DOMAINS or len(node.input) != 2:
+            return None
+        for slot in (0, 1):
+            scale = _scalar(initializers.get(node.input[1 - slot]))
+            inner = product(node.input[slot]) if scale is not None else None
+            if inner is not None and scale is not None:
+                return _Product(inner.a, inner.b, float(np.float32(inner.alpha * scale)),
+                                inner.trans_a, inner.trans_b, (*inner.nodes, k))
+        return None
+
+    replaced: dict[int, onnx.NodeProto] = {}
+    dropped: set[int] = set()
+    for k, node in enumerate(graph.node):
+        if node.op_type not in ("Sub", "Add") or node.domain not in _DEFAULT_DOMAINS or \
+                len(node.input) != 2:
+            continue
+        for w_slot in (0,) if node.op_type == "Sub" else (0, 1):
+            weight, step = node.input[w_slot], node.input[1 - w_slot]
+            found = scaled(step)
+            if found is None or weight in (found.a, found.b) or dropped & set(found.nodes):
+                continue
+            out_shape = shapes.get(graph.node[found.nodes[0]].output[0])
+            if out_shape is None or shapes.get(weight) != out_shape or \
+                    out_shape[0] != TensorProto.FLOAT:
+                continue
+            sign = -1.0 if node.op_type == "Sub" else 1.0
+            replaced[k] = helper.make_node(
+                "Gemm", [found.a, found.b, weight], [node.output[0]],
+                name=f"{node.name}/SgdUpdateFusion", alpha=float(np.float32(sign * found.alpha)),
+                beta=1.0, transA=found.trans_a, transB=found.trans_b)
+            dropped.update(found.nodes)
+            break
+    if not replaced:
+        return data
+    gone = {out for k in dropped for out in graph.node[k].output}
+    kept = [replaced.get(k, node) for k, node in enumerate(graph.node) if k not in dropped]
+    del graph.node[:]
+    graph.node.extend(kept)
+    kept_info = [v for v in graph.value_info if v.name not in gone]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_info)
+    still_read = {name for node in graph.node for name in node.input}
+    unused = [i for i in graph.initializer if i.name not in still_read]
+    for init in unused:
+        graph.initializer.remove(init)
+    return model.SerializeToString()
+
+
+def _static_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Element type and shape of every value whose shape is fully known."""
+    shapes: dict[str, tuple[int, tuple[int, ...]]] = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+        if all(d >= 0 for d in dims):
+            shapes[value.name] = (tensor.elem_type, dims)
+    for init in graph.initializer:
+        shapes[init.name] = (init.data_type, tuple(init.dims))
+    return shapes
+
+
+def _scalar(init: TensorProto | None) -> float | None:
+    """The value of a one-element float32 initializer, else None."""
+    if init is None or init.data_type != TensorProto.FLOAT or int(np.prod(init.dims)) != 1:
+        return None
+    return float(numpy_helper.to_array(init).reshape(()))
