@@ -16,7 +16,8 @@ planning, validation, writing the plan) and is timed from the call to its return
 
     .venv/bin/python -m bench.remat.run_limits_bench [--cases a,b]
 
-writes bench/remat/limits.json and limits.md.
+writes bench/remat/limits.json and limits.md (the cases run replace their rows; the others
+stay).
 """
 
 from __future__ import annotations
@@ -159,8 +160,17 @@ def main() -> None:
             row = run_case(name, Path(tmp))
             print(json.dumps(row), flush=True)
             rows.append(row)
-    (HERE / "limits.json").write_text(json.dumps({"rows": rows}, indent=1) + "\n")
-    (HERE / "limits.md").write_text(markdown(rows))
+    (HERE / "limits.json").write_text(json.dumps({"rows": merged(rows)}, indent=1) + "\n")
+    (HERE / "limits.md").write_text(markdown(merged(rows)))
+
+
+def merged(rows: list[dict]) -> list[dict]:
+    """`rows` in place of the same cases' rows of limits.json, in CASES' order (a run of some
+    cases keeps the others' figures)."""
+    path = HERE / "limits.json"
+    kept = {r["case"]: r for r in json.loads(path.read_text())["rows"]} if path.exists() else {}
+    kept.update({r["case"]: r for r in rows})
+    return [kept[name] for name in CASES if name in kept]
 
 
 if __name__ == "__main__":

@@ -102,6 +102,11 @@ class _Simulation:
         # included (DTR's evicted neighbourhood, one level deep); the roots whose figure
         # changes when it leaves or comes back (outputs of the ops reading it or its views).
         self.remake_cost = self.cost.copy()
+        # The same figures and sizes as Python lists: read one at a time (numpy's scalar reads
+        # were a quarter of the 20,000-op chain's simulation), the arrays for victim choice.
+        self.cost_list: list[float] = self.cost.tolist()
+        self.remake_list: list[float] = self.cost.tolist()
+        self.size_list: list[int] = self.size.tolist()
         self.made = [False] * n
         self.remake_inputs: list[list[int]] = [[] for _ in range(n)]
         self.dependents: list[list[int]] = [[] for _ in range(n)]
@@ -139,6 +144,15 @@ class _Simulation:
         self.release_at: dict[int, list[int]] = {}
         for x in self.pinned:
             self.release_at.setdefault(self.reach[x], []).append(x)
+        # Per root with views, or pinned, or a graph output among them: (its pinned members,
+        # whether one is a graph output), for _maybe_release (roots without any: not listed).
+        self.holds: dict[int, tuple[tuple[int, ...], bool]] = {}
+        for t in graph.tensors:
+            root = self.root[t.id]
+            if t.id in self.pinned or t.is_graph_output:
+                pinned, output = self.holds.get(root, ((), False))
+                self.holds[root] = ((*pinned, t.id) if t.id in self.pinned else pinned,
+                                    output or t.is_graph_output)
         self.persistent = persistent_tensors(graph)
         self.resident: set[int] = set()
         self.resident_mask = np.zeros(n, dtype=bool)  # the same, for vectorized victim choice
@@ -178,7 +192,7 @@ class _Simulation:
             if not self._resident(x):
                 self._remake(x, protected, depth)
         new = [t for t in g.ops[op].output_ids if t not in self.resident]
-        need = int(sum(self.size[t] for t in new)) - self._taken_over(new, outer)
+        need = sum(self.size_list[t] for t in new) - self._taken_over(new, outer)
         self._make_room(need, protected)
         self.events.append(Compute(op, self.device, recompute=op in self.done))
         self.done.add(op)
@@ -205,20 +219,23 @@ class _Simulation:
         """Bytes of inputs the op's `outputs` may be written over (planner.memory.sharing's
         in-place rule: the storage has no read after this step, no recomputation may still read
         it, and it need not survive), each storage once; the replay decides exactly."""
+        if not any(out in self.candidates for out in outputs):
+            return 0
         busy = {self.root[x] for x in outer}
         taken: set[int] = set()
         for out in outputs:
             for x in self.candidates.get(out, ()):
                 root = self.root[x]
                 if (root not in taken and root not in busy and root in self.resident
-                        and root not in self.persistent and self.size[root] == self.size[out]
+                        and root not in self.persistent
+                        and self.size_list[root] == self.size_list[out]
                         and self.storage_last[root] <= self.now
                         and self.g.tensors[root].producer is not None
                         and not any(self.g.tensors[m].is_graph_output or m in self.pinned
                                     for m in (root, *self.views.get(root, ())))):
                     taken.add(root)
                     break
-        return int(sum(self.size[r] for r in taken))
+        return sum(self.size_list[r] for r in taken)
 
     def _resident(self, tensor: int) -> bool:
         return tensor in self.resident or tensor in self.persistent
@@ -227,7 +244,7 @@ class _Simulation:
         self.resident.add(tensor)
         self.resident_mask[tensor] = True
         self.made[tensor] = True
-        self.memory += int(self.size[tensor])
+        self.memory += self.size_list[tensor]
         if self._fixed_view(tensor):
             self.fixed_views[self.root[tensor]] += 1
         if self.priced:
@@ -236,7 +253,7 @@ class _Simulation:
     def _drop(self, tensor: int) -> None:
         self.resident.discard(tensor)
         self.resident_mask[tensor] = False
-        self.memory -= int(self.size[tensor])
+        self.memory -= self.size_list[tensor]
         if self._fixed_view(tensor):
             self.fixed_views[self.root[tensor]] -= 1
         if self.priced:
@@ -244,13 +261,15 @@ class _Simulation:
 
     def _reprice(self, tensor: int) -> None:
         """`tensor` came or went: what recomputing each value made from it now costs."""
+        made, resident, persistent = self.made, self.resident, self.persistent
+        remake = self.remake_list
         for out in self.dependents[tensor]:
-            self.remake_cost[out] = self.cost[out] + sum(
-                float(self.remake_cost[x]) for x in self.remake_inputs[out] if self._gone(x))
-
-    def _gone(self, root: int) -> bool:
-        """Made before and no longer resident: a recomputation reading it makes it again."""
-        return self.made[root] and root not in self.resident and root not in self.persistent
+            gone = 0.0
+            for x in self.remake_inputs[out]:
+                # made before and no longer resident: a recomputation makes it again
+                if made[x] and x not in resident and x not in persistent:
+                    gone += remake[x]
+            remake[out] = self.remake_cost[out] = self.cost_list[out] + gone
 
     def _fixed_view(self, tensor: int) -> bool:
         return self.root[tensor] != tensor and \
@@ -292,18 +311,20 @@ class _Simulation:
         self.cursor[tensor] = k
         self.next_read[tensor] = reads[k] if k < len(reads) else NEVER
         root = self.root[tensor]
-        self.storage_next[root] = min(self.next_read[[root, *self.views.get(root, ())]])
+        views = self.views.get(root)
+        self.storage_next[root] = (min(self.next_read[[root, *views]]) if views
+                                   else self.next_read[root])
 
     def _maybe_release(self, tensor: int) -> None:
         """A storage no later op reads through any of its views leaves (the persistent zone and
         graph outputs stay, and so does a storage any of whose views a recomputation may still
         read: a data input stays while a recomputation may read a view of it)."""
         root = self.root[tensor]
-        members = (root, *self.views.get(root, ()))
-        if (root in self.resident and root not in self.persistent
-                and not any(m in self.pinned and self.reach[m] > self.now for m in members)
-                and not any(self.g.tensors[m].is_graph_output
-                            or self.next_read[m] != NEVER for m in members)):
+        if root not in self.resident or root in self.persistent \
+                or self.storage_next[root] != NEVER:  # the next read through any view
+            return
+        pinned, output = self.holds.get(root, ((), False))
+        if not output and all(self.reach[m] <= self.now for m in pinned):
             self._evict(root)
 
 
@@ -413,19 +434,19 @@ def source_orders(graph: Graph, orders: Sequence[Sequence[int]],
 
 
 class _Forms:
-    """The orders given and, made when first asked for, their deferred forms: the order itself
-    again when deferring moves nothing (a chain), not to be run twice."""
+    """The orders given and, made when first asked for, their deferred forms: None when
+    deferring moves nothing (a chain), not to be run twice."""
 
     def __init__(self, graph: Graph, orders: Sequence[Sequence[int]]):
         self.graph, self.orders = graph, [list(o) for o in orders]
-        self._late: dict[int, list[tuple[list[int], str]]] = {}
+        self._late: dict[int, list[int] | None] = {}
 
-    def of(self, number: int) -> list[tuple[list[int], str]]:
-        """(order, name suffix) of each distinct form of order `number`."""
+    def late(self, number: int) -> list[int] | None:
+        """The deferred form of order `number`, None when it is the order itself."""
         if number not in self._late:
             order = self.orders[number]
             late = deferred(self.graph, order)
-            self._late[number] = [(order, "")] + ([(late, LATE)] if late != order else [])
+            self._late[number] = late if late != order else None
         return self._late[number]
 
 
@@ -455,9 +476,10 @@ def _scan(graph: Graph, forms: _Forms, device: str, budget: int, costs: CostTabl
             name = f"evict{label}{scope}@{{factor:g}}" + (
                 f"{OTHER_ORDER}{number}" if number else "")
             recomputable = anywhere if scope else forward
-            runs = [_factors(graph, variant, device, budget, costs, alignment, deadline, rule,
-                             recomputable, name + suffix, fitting, complete=first and not k)
-                    for k, (variant, suffix) in enumerate(forms.of(number))]
+            runs = [_factors(graph, order, device, budget, costs, alignment, deadline, rule,
+                             recomputable, name, fitting, complete=first),
+                    _deferred_factors(forms, number, device, budget, costs, alignment,
+                                      deadline, rule, recomputable, name + LATE, fitting)]
             first = False
             while runs:
                 for run in list(runs):
@@ -466,6 +488,20 @@ def _scan(graph: Graph, forms: _Forms, device: str, budget: int, costs: CostTabl
                     elif time.perf_counter() > deadline:
                         return fitting
     return fitting
+
+
+def _deferred_factors(forms: _Forms, number: int, device: str, budget: int, costs: CostTable,
+                      alignment: int, deadline: float, rule: str,
+                      recomputable: Collection[int], name: str, fitting: list[Candidate]
+                      ) -> Iterator[bool]:
+    """_factors on the deferred form of order `number`, made only when its first run is due
+    within `deadline` (0.2 s on the 20,000-op chain, where it is the order itself)."""
+    if time.perf_counter() > deadline:
+        return
+    late = forms.late(number)
+    if late is not None:
+        yield from _factors(forms.graph, late, device, budget, costs, alignment, deadline,
+                            rule, recomputable, name, fitting, complete=False)
 
 
 def _factors(graph: Graph, order: Sequence[int], device: str, budget: int, costs: CostTable,

@@ -38,6 +38,8 @@ from planner.remat.solve import minimize_peak, solve_problem
 from planner.time_budget import REMAT_SHARES
 from schemas.plan import SolverStatus
 
+# The bound that ignores the budget.
+ONCE_BOUND = "every op once on its fastest device (valid for any plan)"
 # Runners-up kept beside the best schedule, for when its layout fragments past a budget.
 ALTERNATIVES = 8
 # Past this many ops neither LP rounding nor CP-SAT runs: on 4,000-op graphs the models the time
@@ -72,6 +74,7 @@ class RematResult:
     best: Candidate | None  # the fastest replayed schedule within the budgets
     status: SolverStatus  # see plan_remat
     bound_seconds: float  # a lower bound valid for every schedule of this order
+    bound_name: str  # which bound that is (see _lower_bound)
     gap: float | None  # (objective - bound) / objective
     seconds: float
     model: ModelOutcome
@@ -107,6 +110,7 @@ def plan_remat(
     graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int], costs: CostTable, *,
     time_limit: float = 30.0, workers: int = 1, seed: int = 0, memory_unit: int = 64,
     use_solver: bool = True, other_orders: Sequence[Sequence[int]] = (),
+    bound_budgets: Mapping[str, int] | None = None,
 ) -> RematResult:
     """Best schedule within `budget_bytes` (per device) found in `time_limit` seconds.
 
@@ -124,24 +128,33 @@ def plan_remat(
     rules the budgets out (the crossing bound for `order` and every one of `other_orders`: the
     first it does not rule out takes `order`'s place); FEASIBLE or UNKNOWN otherwise. The
     reduced model's status and bound are reported beside (`model`).
+
+    `bound_budgets`: the budgets the bound and status must hold for, when `budget_bytes` are
+    targets set below them (planner.pipeline.fit: room for the layout's fragmentation). A
+    bound at a target exceeds the fastest schedule within the budget (the 20,000-op chain's
+    crossing bound: 112,904 at 20,000 B, 113,004 at 19,900 B), so it is taken at the budgets,
+    the exact model's bound and its infeasibility proof (both at the targets) are left out, and
+    a note names the targets.
     """
     started = time.perf_counter()
     shares = REMAT_SHARES
     if len(budget_bytes) == 1 and next(iter(budget_bytes.values())) < order_lower_bound(graph):
         return _below_lower_bound(graph, budget_bytes, costs, started)
-    crossing = _crossing(graph, order, budget_bytes, costs, memory_unit)
+    bounded = dict(budget_bytes if bound_budgets is None else bound_budgets)
+    at_budgets = bounded == dict(budget_bytes)
+    crossing = _crossing(graph, order, bounded, costs, memory_unit)
     if crossing is not None and math.isinf(crossing.seconds):
         # Ruled out for this order: another may hold less that cannot be made again (GPT-2-small
         # at persistent + 50%: the order tuned for keeping everything is ruled out, the quick
         # order plans at 1.06x).
         for k, other in enumerate(other_orders):
-            other_crossing = _crossing(graph, other, budget_bytes, costs, memory_unit)
+            other_crossing = _crossing(graph, other, bounded, costs, memory_unit)
             if other_crossing is not None and not math.isinf(other_crossing.seconds):
                 order, crossing = other, other_crossing
                 other_orders = [*other_orders[:k], *other_orders[k + 1:]]
                 break
         else:
-            return _crossing_infeasible(budget_bytes, costs, started, crossing)
+            return _crossing_infeasible(bounded, costs, started, crossing)
     asked = budget_bytes
     budget_bytes = modelled_devices(budget_bytes)
     extra: tuple[Reduction, ...] = ()
@@ -159,12 +172,13 @@ def plan_remat(
         # Schedules of other orders (or of deferred forms) count: the bound must hold for them.
         for source in source_orders(graph, [order, *other_orders], evicted):
             if source != list(order):
-                also = _crossing(graph, source, budget_bytes, costs, memory_unit)
+                also = _crossing(graph, source, bounded, costs, memory_unit)
                 if also is not None and also.seconds < crossing.seconds:
                     crossing = also
     if large:
         return _large(graph, order, budget_bytes, costs, memory_unit, started, time_limit,
-                      evicted, crossing, fill=use_solver)
+                      evicted, crossing, fill=use_solver,
+                      notes=_target_notes(budget_bytes, bounded))
     if evicted and evicted[0].name.endswith(LATE) and OTHER_ORDER not in evicted[0].name:
         # The order's deferred form evicts best: the stage model gets it too (ResNet-CIFAR at
         # persistent + 50%: the model of the order tuned for keeping everything found nothing,
@@ -173,7 +187,7 @@ def plan_remat(
     configured = configure(graph, order, costs, budget_bytes, memory_unit=memory_unit)
     problem = configured.problem
     exact = all(r.exact for r in problem.reductions)
-    notes: list[str] = []
+    notes = list(_target_notes(budget_bytes, bounded))
     # The time limit is shared out (planner.time_budget.REMAT_SHARES): heuristics, then LP
     # rounding, then CP-SAT, then the fill pass, each up to a deadline.
     heuristics_share = shares.heuristics if use_solver else shares.heuristics_alone
@@ -212,7 +226,6 @@ def plan_remat(
             else:
                 notes.append("the model's schedule replays over budget (a bug): not used")
         notes.extend(solution.notes)
-    unfilled = candidates
     if use_solver:
         candidates = _filled(graph, candidates, budget_bytes, costs, memory_unit,
                              deadline=started + time_limit)
@@ -221,43 +234,43 @@ def plan_remat(
     model = ModelOutcome(configured.tier, configured.memory, (*problem.reductions, *extra),
                          exact and not extra, solution.status if solution else None,
                          model_bound)
-    lower = max(costs.fastest_seconds(), crossing.seconds if crossing else 0.0)
-    if exact and model_bound is not None:
-        lower = max(lower, model_bound)
-    proven = solution is not None and solution.status == "INFEASIBLE" and exact
-    return _result(candidates, unfilled, lower, proven, model, costs, problem.home, smallest,
+    lower = _lower_bound(costs, crossing,
+                         model_bound if exact and at_budgets else None)
+    proven = solution is not None and solution.status == "INFEASIBLE" and exact and at_budgets
+    return _result(candidates, lower, proven, model, costs, problem.home, smallest,
                    notes, started)
 
 
-def _result(candidates: Sequence[Candidate], unfilled: Sequence[Candidate], lower: float,
+def _result(candidates: Sequence[Candidate], lower: tuple[float, str],
             proven_infeasible: bool, model: ModelOutcome, costs: CostTable, home: str,
             smallest: int | None, notes: Sequence[str], started: float) -> RematResult:
     """The fastest candidate, its status and gap against `lower` (a bound valid for every
-    schedule of the order), and the runners-up with lower peaks."""
+    schedule of the order, and what it is), and the runners-up with lower peaks."""
+    lower_seconds, bound_name = lower
     best = candidates[0] if candidates else None
     if best is None:
         status: SolverStatus = "INFEASIBLE" if proven_infeasible else "UNKNOWN"
         gap = None
     else:
         objective = best.seconds
-        if lower - objective <= 1e-9 * lower:
+        if lower_seconds - objective <= 1e-9 * lower_seconds:
             # The same op times summed in another order: equal up to rounding, never above.
-            lower = min(lower, objective)
-        gap = max(0.0, (objective - lower) / objective) if objective else 0.0
+            lower_seconds = min(lower_seconds, objective)
+        gap = max(0.0, (objective - lower_seconds) / objective) if objective else 0.0
         status = "OPTIMAL" if gap <= 1e-9 else "FEASIBLE"
     return RematResult(
-        best=best, status=status, bound_seconds=lower, gap=gap,
+        best=best, status=status, bound_seconds=lower_seconds, bound_name=bound_name, gap=gap,
         seconds=time.perf_counter() - started, model=model,
         keep_all_seconds=costs.sequential_seconds(home), home=home,
         smallest_peak_bytes=smallest, notes=tuple(notes),
-        alternatives=_lower_peaks(best, [*candidates[1:], *unfilled]),
+        alternatives=_lower_peaks(best, candidates[1:]),
     )
 
 
 def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
            costs: CostTable, memory_unit: int, started: float, time_limit: float,
-           evicted: Sequence[Candidate], crossing: CrossingBound | None, fill: bool
-           ) -> RematResult:
+           evicted: Sequence[Candidate], crossing: CrossingBound | None, fill: bool,
+           notes: Sequence[str]) -> RematResult:
     """One device, past LARGE_GRAPH_OPS ops: the eviction schedules and the fill pass, no model
     (see LARGE_GRAPH_OPS)."""
     device = next(iter(budget_bytes))
@@ -269,10 +282,32 @@ def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
         "no model solved", False, f"past {LARGE_GRAPH_OPS} ops: the eviction simulation "
         "(planner.remat.evict) and the fill pass (planner.remat.fill) alone"))
     model = ModelOutcome("evict", "replay", reductions, exact=False)
-    lower = max(costs.fastest_seconds(), crossing.seconds if crossing else 0.0)
+    lower = _lower_bound(costs, crossing, None)
     smallest = min((c.stats.peaks.get(device, 0) for c in candidates), default=None)
-    return _result(candidates, evicted, lower, False, model, costs, device, smallest, (),
+    return _result(candidates, lower, False, model, costs, device, smallest, notes,
                    started)
+
+
+def _lower_bound(costs: CostTable, crossing: CrossingBound | None, model_bound: float | None
+                 ) -> tuple[float, str]:
+    """The largest of the bounds that hold, and what it is (the report names it)."""
+    bounds = [(costs.fastest_seconds(), ONCE_BOUND)]
+    if crossing is not None:
+        bounds.append((crossing.seconds, "the crossing bound (planner.remat.bounds: what the "
+                       "budget forces at one step of the orders the schedules ran in)"))
+    if model_bound is not None:
+        bounds.append((model_bound, "the exact model's"))
+    return max(bounds, key=lambda b: b[0])
+
+
+def _target_notes(targets: Mapping[str, int], budgets: Mapping[str, int]) -> tuple[str, ...]:
+    """What a result aimed below the budgets says (see plan_remat's `bound_budgets`)."""
+    lowered = {d: t for d, t in targets.items() if t != budgets.get(d, t)}
+    if not lowered:
+        return ()
+    return ("schedules kept within " + ", ".join(
+        f"{d}={t} B of {budgets[d]} B" for d, t in lowered.items())
+        + " (room for the arena's fragmentation); the bound and status hold for the budgets",)
 
 
 def modelled_devices(budget_bytes: Mapping[str, int]) -> dict[str, int]:
@@ -366,12 +401,21 @@ def _hint(problem: RematProblem, candidates: Sequence[Candidate],
 
 
 def _lower_peaks(best: Candidate | None, others: Sequence[Candidate]) -> tuple[Candidate, ...]:
-    """Up to ALTERNATIVES of `others` (fastest first) whose peaks are all below `best`'s."""
+    """Up to ALTERNATIVES of `others` (fastest first) whose peaks are all below `best`'s, each
+    schedule once (a filled schedule can equal another candidate; one laid out twice is time
+    lost)."""
     if best is None:
         return ()
-    lower = [c for c in others
-             if all(c.stats.peaks.get(d, 0) < peak for d, peak in best.stats.peaks.items())]
-    return tuple(lower[:ALTERNATIVES])
+    lower: list[Candidate] = []
+    for c in others:
+        if len(lower) == ALTERNATIVES:
+            break
+        if all(c.stats.peaks.get(d, 0) < peak for d, peak in best.stats.peaks.items()) and \
+                not any(c.schedule is o.schedule or (c.seconds == o.seconds
+                                                     and c.schedule == o.schedule)
+                        for o in lower):
+            lower.append(c)
+    return tuple(lower)
 
 
 def _below_lower_bound(graph: Graph, budget_bytes: Mapping[str, int], costs: CostTable,
@@ -397,7 +441,8 @@ def _crossing_infeasible(budget_bytes: Mapping[str, int], costs: CostTable, star
 def _proven_infeasible(device: str, costs: CostTable, started: float, why: str
                        ) -> RematResult:
     return RematResult(
-        best=None, status="INFEASIBLE", bound_seconds=costs.fastest_seconds(), gap=None,
+        best=None, status="INFEASIBLE", bound_seconds=costs.fastest_seconds(),
+        bound_name=ONCE_BOUND, gap=None,
         seconds=time.perf_counter() - started,
         model=ModelOutcome(tier="none", memory_model="none", reductions=(), exact=True),
         keep_all_seconds=costs.sequential_seconds(device), home=device, notes=(why,),

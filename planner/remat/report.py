@@ -11,6 +11,11 @@ from planner.remat.heuristics import Candidate
 from planner.remat.rematerialize import RematResult
 from schemas.plan import SolverReport, SolverStatus
 
+# What a plan that recomputes says beside the order phase's figures.
+KEEP_ALL_FIGURES = ("objective and bound: the order's peak and the floor when every value is "
+                    "kept until its last read; this plan recomputes values, and neither bounds "
+                    "its peak")
+
 
 def remat_report(result: RematResult, chosen: Candidate | None = None) -> SolverReport:
     """The report of `result`; `chosen`: the runner-up schedule used instead of the best one
@@ -23,8 +28,7 @@ def remat_report(result: RematResult, chosen: Candidate | None = None) -> Solver
         notes.append(f"CP-SAT on that model: {model.status}{bound} (valid for the "
                      "reduced model only)" if not model.exact else
                      f"CP-SAT: {model.status}{bound}")
-    notes.append("bound: " + ("the exact model's" if model.exact else
-                              "every op once on its fastest device (valid for any plan)"))
+    notes.append(f"bound: {result.bound_name}")
     notes += [f"reduction: {r.name} ({'exact' if r.exact else 'not exact'}): {r.detail}"
               for r in model.reductions]
     method, objective, stats = result.method, result.objective_seconds, result.stats
@@ -44,3 +48,12 @@ def remat_report(result: RematResult, chosen: Candidate | None = None) -> Solver
         bound=result.bound_seconds, gap=gap, baseline=result.keep_all_seconds,
         seconds=result.seconds, notes=notes,
     )
+
+
+def order_report_beside(order: SolverReport, recomputes: int) -> SolverReport:
+    """The order phase's report in a plan whose schedule runs `recomputes` recomputations: with
+    any, it says that its figures are keeping everything's (the floor is no bound on a plan
+    that recomputes)."""
+    if not recomputes:
+        return order
+    return order.model_copy(update={"notes": [*order.notes, KEEP_ALL_FIGURES]})

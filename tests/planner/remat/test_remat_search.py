@@ -262,7 +262,8 @@ def test_the_neighbourhood_price_counts_the_gone_inputs_a_recomputation_remakes(
         def _make_room(self, need, protected):
             for t in range(len(graph.tensors)):
                 if self.made[t] and graph.tensors[t].producer is not None:
-                    gone = [x for x in self.remake_inputs[t] if self._gone(x)]
+                    gone = [x for x in self.remake_inputs[t] if self.made[x]
+                            and x not in self.resident and x not in self.persistent]
                     if gone:
                         assert self.remake_cost[t] >= self.cost[t] + sum(
                             self.cost[x] for x in gone) - 1e-9, t

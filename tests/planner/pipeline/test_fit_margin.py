@@ -1,0 +1,58 @@
+"""A remat solve that no retry can follow leaves the layout room (planner.pipeline.fit).
+
+The 20,000-op chain at a 2 s limit: the eviction schedule peaked 4 B under the 20,000 B
+budget, its quick layout 6 B above the peak, and the request was refused for 2 B with no time
+for a retry. Such a solve now aims LAST_CHANCE_MARGIN below the budget; the bound it reports
+still holds for the budget itself, and the order phase's keep-everything figures say that they
+do not bound a plan that recomputes."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from planner.ir.graph_json import graph_from_node_link
+from planner.order import optimize_order
+from planner.pipeline.fit import LAST_CHANCE_MARGIN, RETRY_BEFORE, RematFit
+from planner.plan.validate import validate_plan
+from planner.profile.costs import costs_from_profile
+from planner.remat.bounds import crossing_bound
+from planner.remat.report import KEEP_ALL_FIGURES
+from planner.time_budget import TimeBudget
+from schemas.plan import PlanRequest
+from tests.support.chains import chain_json
+
+BUDGET = 1000
+
+
+def fitted(clock: TimeBudget):
+    graph, profile = graph_from_node_link(chain_json(random.Random(0), 1000), name="chain")
+    request = PlanRequest(budgets={"cpu": BUDGET}, profile=profile, alignment=1,
+                          time_limit_s=clock.limit_s)
+    order = optimize_order(graph, use_solver=False, time_limit=1)
+    costs = costs_from_profile(profile, graph, ["cpu"])
+    fit = RematFit(graph, request, order, costs, "t", clock, keep_all_arena=None)
+    asked: list[dict] = []
+    built = fit.plan(lambda phase, info: asked.append(info["budgets"]) if phase == "remat"
+                     else None)
+    return graph, profile, order, costs, built.plan, asked
+
+
+def test_a_solve_no_retry_can_follow_aims_below_the_budget():
+    spent = TimeBudget(4.0, started=time.perf_counter() - 4.0)  # past RETRY_BEFORE already
+    assert spent.elapsed() > RETRY_BEFORE * spent.usable()
+    graph, profile, order, costs, plan, asked = fitted(spent)
+    assert asked == [{"cpu": BUDGET - round(BUDGET * LAST_CHANCE_MARGIN)}]
+    assert plan.devices[0].arena_bytes <= BUDGET
+    assert validate_plan(graph, plan, profile).ok
+    order_report, remat = plan.solvers[0], plan.solvers[1]
+    assert remat.phase == "remat" and any("of 1000 B" in n for n in remat.notes)
+    assert remat.bound == crossing_bound(graph, order.order, "cpu", BUDGET, costs).seconds
+    assert order_report.phase == "order" and KEEP_ALL_FIGURES in order_report.notes
+
+
+def test_with_time_for_a_retry_the_first_solve_aims_at_the_budget():
+    graph, profile, order, costs, plan, asked = fitted(TimeBudget(20.0))
+    assert asked[0] == {"cpu": BUDGET}
+    assert plan.devices[0].arena_bytes <= BUDGET
+    assert not any("of 1000 B" in n for n in plan.solvers[1].notes)
