@@ -6,9 +6,10 @@ measured elsewhere; `copy_seconds(profile, src, dst, nbytes)` is the copy cost t
 
 Modules, one job each: devices (device names, sessions), machine (fingerprint), inputs (values),
 capture_plan (which captured values are held at once), host_memory (available memory and the
-capture's allowance), single_node (one-op models), timing (stable repeats), op_runner (one op on one device), signature
-and cache (persistent SQLite cache), copies (transfer sweep and fit), estimate (roofline
-fallback), progress (callbacks, console), storage (JSON in and out), runner (the orchestration).
+capture's allowance), single_node (one-op models), timing (stable repeats), op_runner (one op on
+one device), signature and cache (persistent SQLite cache), copies (transfer sweep and fit),
+estimate (calibrated roofline fallback), progress (callbacks, console), storage (JSON in and
+out), runner (the orchestration).
 """
 
 from planner.profile.cache import ProfileCache, default_cache_path

@@ -311,8 +311,7 @@ def _rooflines(targets: list[Device], machine: MachineInfo, store: ProfileCache 
         if device.name in configured:
             roofs[device.name] = configured[device.name].model_copy(update={"source": "configured"})
             continue
-        key = estimate.roofline_cache_key(device_fingerprint(machine, device), device.provider,
-                                          threads)
+        key = estimate.roofline_cache_key(device_fingerprint(machine, device), device, threads)
         text = store.get_value(key) if store is not None else None
         if text is not None:
             roofs[device.name] = Roofline.model_validate_json(text)
