@@ -413,6 +413,8 @@ def evict_candidates(graph: Graph, orders: Sequence[Sequence[int]], device: str,
     fitting: list[Candidate] = []
     forms = _Forms(graph, orders)
     for k, rule in enumerate(RULES):
+        if fitting and time.perf_counter() > deadline:
+            break  # the next rule would run nothing
         share = (deadline - time.perf_counter()) / (len(RULES) - k)
         fitting += _scan(graph, forms, device, budget, costs, alignment,
                          time.perf_counter() + share, rule, first=not fitting)
