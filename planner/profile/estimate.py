@@ -11,24 +11,25 @@ a broadcasting elementwise op whose output's innermost dimension is 1 costs NARR
 per output element instead (ONNX Runtime walks it element by element: MobileNetV2's weight decay
 on (1280, 320, 1, 1) took 4.1 ms, 80x its bytes at bandwidth).
 
-The bare roofline was optimistic. Against 3,249 distinct measurements (18,123 ops) of the six
-fixtures and GPT-2-small, BERT-small, VGG-11, MobileNetV2, ResNet-18 and UNet-Adam (ONNX
-Runtime's extended rewrite, CPU, one thread, thread-CPU clock; roofline 111 GFLOP/s, 60 GB/s)
-estimated/measured had a median of 0.42, a tenth of the ops under 0.01 (small ops cost a launch,
-not their bytes; FusedMatMul was counted as elementwise), and the estimates summed to 0.54 of the
-measured times. The constants below come from those measurements (bench/profile/
-calibrate_estimates.py re-derives them): SLOWDOWN is the median of measured / roofline time per
-class over the ops whose roofline time is at least 10 us (the floor is negligible there), for
-classes with at least 5 of them; DEFAULT_SLOWDOWN the median over all of them; LAUNCH_FLOOR_S
-the median measured time of the ops whose roofline time is under 50 ns (699 ops, mostly shape
-ops and scalar arithmetic; the run's fixed overhead is already subtracted from measurements);
-NARROW_BROADCAST_S the median per element of narrow broadcasts of 4,096 elements or more. After
-it the median is 1.01, the tenth percentile 0.44, the ninetieth 1.37, and the estimates sum to
-0.97 of the measured times (0.59-1.06 per model). Fitted on the fixtures alone, the constants
-give the bench models a median of 1.24 (0.35-3.0): they carry to unseen graphs, with less data
-on the rarer classes. The slowdowns are ratios to the machine's own roofline, so they carry to
-other CPUs roughly; the floor and the per-element cost are seconds of the development machine
-(2.5 GHz Xeon), and a GPU's launch costs more.
+The bare roofline was optimistic. Against 3,263 distinct measurements of the six fixtures and
+GPT-2-small, BERT-small, VGG-11, MobileNetV2, ResNet-18 and UNet-Adam (ONNX Runtime's extended
+rewrite, CPU, one thread, thread-CPU clock; roofline 110 GFLOP/s, 61 GB/s) estimated/measured
+had a median of 0.42, a tenth of the ops under 0.01 (small ops cost a launch, not their bytes),
+and the estimates summed to 0.54 of the measured times while FusedMatMul was counted as
+elementwise (0.65 counted as a product). The constants below come from those measurements
+(bench/profile/calibrate_estimates.py re-derives them; its results are bench/profile/
+estimates.md): SLOWDOWN is the median of measured / roofline time per class over the ops whose
+roofline time is at least 10 us (the floor is negligible there), for classes with at least 5 of
+them; DEFAULT_SLOWDOWN the median over all of them; LAUNCH_FLOOR_S the median measured time of
+the ops whose roofline time is under 50 ns (mostly shape ops and scalar arithmetic; the run's
+fixed overhead is already subtracted from measurements); NARROW_BROADCAST_S the median per
+element of narrow broadcasts of 4,096 elements or more. After it the median is 1.02, the tenth
+percentile 0.45, the ninetieth 1.41, and the estimates sum to 0.99 of the measured times (0.60
+to 1.08 per model). Fitted on the fixtures alone, the constants give the bench models a median
+of 1.16 (tenth to ninetieth percentile 0.32-2.9): they carry to unseen graphs, less well for the
+rarer classes. The slowdowns are ratios to the machine's own roofline, so they carry to other
+CPUs roughly; the floor and the per-element cost are seconds of the development machine (2.5 GHz
+Xeon), and a GPU's launch costs more.
 """
 
 from __future__ import annotations
@@ -57,16 +58,16 @@ _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", 
                            "Min"})
 # Measured time / roofline time, per op type (how they were derived: the module's docstring).
 SLOWDOWN = {
-    "Add": 0.82, "Cast": 1.8, "Clip": 0.78, "Conv": 2.55, "Conv/grouped": 40.0,
-    "ConvTranspose": 1.8, "ConvTranspose/grouped": 14.0, "Div": 1.55, "Expand": 1.5,
-    "FusedConv": 1.1, "FusedMatMul": 1.1, "Gather": 0.2, "Gemm": 1.4, "LessOrEqual": 1.45,
-    "MatMul": 1.15, "MaxPool": 13.0, "Mul": 0.91, "RandomUniformLike": 29.0, "ReduceMean": 1.35,
-    "ReduceSum": 1.4, "Relu": 0.85, "Reshape": 0.01, "ScatterElements": 4.7, "ScatterND": 1.4,
-    "Slice": 2.25, "Sqrt": 2.6, "Sub": 0.79, "Transpose": 0.96, "Where": 2.2,
+    "Add": 0.86, "Cast": 1.8, "Clip": 0.79, "Conv": 2.5, "Conv/grouped": 43, "ConvTranspose": 1.8,
+    "ConvTranspose/grouped": 16, "Div": 1.6, "Expand": 1.8, "FusedConv": 1.1, "FusedMatMul": 1.3,
+    "Gather": 0.19, "Gemm": 1.4, "LessOrEqual": 1.5, "MatMul": 1.3, "MaxPool": 14, "Mul": 1.0,
+    "RandomUniformLike": 29, "ReduceMean": 1.4, "ReduceSum": 1.5, "Relu": 0.77, "Reshape": 0.01,
+    "ScatterElements": 4.7, "ScatterND": 1.9, "Slice": 2.3, "Sqrt": 2.7, "Sub": 0.85,
+    "Transpose": 0.96, "Where": 2.2,
 }
 NARROW_BROADCAST_S = 1e-8  # per output element
-DEFAULT_SLOWDOWN = 1.23
-LAUNCH_FLOOR_S = 3.2e-7
+DEFAULT_SLOWDOWN = 1.3
+LAUNCH_FLOOR_S = 3.3e-7
 _ELEMENTWISE_FLOPS = {"Softmax": 5, "LogSoftmax": 5, "Erf": 8, "Tanh": 8, "Sigmoid": 4,
                       "Exp": 4, "Log": 4, "Pow": 4, "Sqrt": 2, "Div": 1, "Gelu": 10}
 

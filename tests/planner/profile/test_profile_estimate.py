@@ -1,7 +1,7 @@
 """The roofline fallback is calibrated against measured ops (planner.profile.estimate): on a
 fixture measured now, estimated/measured stays near 1 per op and summed over the graph. The bare
-roofline's median was 0.07 on cnn_bn_momentum and 0.22 on gpt2_tiny_adam, a tenth of the ops
-under 0.01, and its sums 0.26 and 0.41."""
+roofline's median was 0.07 on cnn_bn_momentum and 0.25 on gpt2_tiny_adam, a tenth of the ops
+under 0.01, and its sums 0.27 and 0.49 (bench/profile/estimates.md)."""
 
 from __future__ import annotations
 
