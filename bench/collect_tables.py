@@ -40,6 +40,8 @@ EXTRA = [
      "bench.remat.run_small_bench"),
     ("Time limits kept: whole requests on the shapes that overran them (issue 14)",
      "remat/limits.md", "bench.remat.run_limits_bench"),
+    ("Profiling: estimated vs measured op costs, where the estimates' factors come from "
+     "(issue 16)", "profile/estimates.md", "bench.profile.calibrate_estimates"),
 ]
 
 
