@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from arenaplan.cli.common import EXIT_OK
-from arenaplan.cli.options import add_dims_option, add_graph_optimization_option
+from arenaplan.cli.options import add_dims_option, add_graph_optimization_option, parse_bytes
 from planner.errors import InvalidInputError
 from planner.ir.graph import load_graph
 from planner.profile import ConsoleProgress, profile_graph, save_profile
@@ -35,6 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="values for graph inputs by name (others are generated)")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
                         help="intra-op threads of every profiling session (default 1)")
+    parser.add_argument("--memory-allowance", type=parse_allowance, metavar="SIZE",
+                        help="host memory the captured input values of the ops being measured "
+                        "may hold at once, e.g. 1GiB (binary units KiB/MiB/GiB or KB/MB/GB; "
+                        "default: half of the available memory after the graph inputs); an op "
+                        "reading more gets a labelled estimate")
     cache = parser.add_mutually_exclusive_group()
     cache.add_argument("--cache", metavar="PATH",
                        help="SQLite cache file (default: $ARENAPLAN_CACHE_DIR or "
@@ -42,6 +47,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cache.add_argument("--no-cache", action="store_true", help="measure everything, store nothing")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.set_defaults(handler=run)
+
+
+def parse_allowance(text: str) -> int:
+    """A positive size for --memory-allowance (0 would leave every captured op unmeasured)."""
+    size = parse_bytes(text)
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 1GiB, got {text!r}")
+    return size
 
 
 def read_inputs(path: str) -> dict[str, np.ndarray]:
@@ -63,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     cache = None if args.no_cache else (args.cache or DEFAULT_CACHE)
     progress = None if args.quiet else ConsoleProgress(sys.stderr)
     profile = profile_graph(graph, args.devices or ["cpu"], threads=args.threads, inputs=inputs,
-                            cache=cache, progress=progress)
+                            cache=cache, progress=progress,
+                            memory_allowance_bytes=args.memory_allowance)
     save_profile(profile, Path(args.output))
     return EXIT_OK

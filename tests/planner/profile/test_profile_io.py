@@ -123,3 +123,26 @@ def test_cli_no_cache_dims_and_errors(tmp_path, capsys):
     assert "not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["profile", str(model), "--cache", "x", "--no-cache", "-o", str(out)])
+
+
+def test_cli_memory_allowance_reaches_the_profiler(tmp_path, capsys):
+    model = FIXTURE_DIR / "gpt2_tiny_adam.onnx"
+    out = tmp_path / "prof.json"
+    # 16 KiB: below the inputs of the attention's and the LM head's ops (64 KiB is above all)
+    assert main(["profile", str(model), "--no-cache", "--memory-allowance", "16KiB", "-o",
+                 str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "exceed the capture's memory allowance of 16.0 KiB" in err
+    profile = Profile.model_validate_json(out.read_text())
+    assert any(o.costs["cpu"].source == "estimated" for o in profile.ops)
+
+
+@pytest.mark.parametrize("size", ["lots", "12XB", "-1MiB", "0"])
+def test_cli_memory_allowance_refuses_a_bad_size_with_usage_error(tmp_path, capsys, size):
+    with pytest.raises(SystemExit) as exited:
+        main(["profile", str(FIXTURE_DIR / "mlp_sgd.onnx"), f"--memory-allowance={size}", "-o",
+              str(tmp_path / "p.json")])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--memory-allowance" in err and "Traceback" not in err
+    assert ("positive size" if size == "0" else "expected a size such as 512MiB") in err
