@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -406,19 +406,44 @@ FACTORS = (1.0, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6)
 SLOWEST_KEPT = 4.0
 
 
+@dataclass(frozen=True)
+class Evictions:
+    """What evict_candidates found: the replayed schedules within the budget, cheapest first,
+    and the smallest replayed peak of any run, within the budget or not (what eviction reaches:
+    the budget to name when none fits)."""
+
+    fitting: list[Candidate]
+    smallest_peak: int | None
+
+
+@dataclass
+class _Found:
+    """The runs' results so far, shared by the runs of one rule (see _factors)."""
+
+    fitting: list[Candidate] = field(default_factory=list)
+    smallest_peak: int | None = None
+
+    def replayed(self, peak: int) -> None:
+        self.smallest_peak = peak if self.smallest_peak is None else min(self.smallest_peak,
+                                                                          peak)
+
+
 def evict_candidates(graph: Graph, orders: Sequence[Sequence[int]], device: str, budget: int,
-                     costs: CostTable, *, alignment: int, deadline: float) -> list[Candidate]:
+                     costs: CostTable, *, alignment: int, deadline: float) -> Evictions:
     """Replayed eviction schedules within `budget`, cheapest first: those of each of RULES,
     each rule given an equal share of the time left (see _scan)."""
     fitting: list[Candidate] = []
+    peaks: list[int] = []
     forms = _Forms(graph, orders)
     for k, rule in enumerate(RULES):
         if fitting and time.perf_counter() > deadline:
             break  # the next rule would run nothing
         share = (deadline - time.perf_counter()) / (len(RULES) - k)
-        fitting += _scan(graph, forms, device, budget, costs, alignment,
-                         time.perf_counter() + share, rule, first=not fitting)
-    return sorted(fitting, key=lambda c: c.seconds)
+        found = _scan(graph, forms, device, budget, costs, alignment,
+                      time.perf_counter() + share, rule, first=not fitting)
+        fitting += found.fitting
+        peaks += [] if found.smallest_peak is None else [found.smallest_peak]
+    return Evictions(sorted(fitting, key=lambda c: c.seconds), min(peaks, default=None))
 
 
 def source_orders(graph: Graph, orders: Sequence[Sequence[int]],
@@ -453,48 +478,49 @@ class _Forms:
 
 
 def _scan(graph: Graph, forms: _Forms, device: str, budget: int, costs: CostTable,
-          alignment: int, deadline: float, rule: str, first: bool) -> list[Candidate]:
-    """One rule's replayed schedules within `budget`. Each of the orders in turn (the next only
-    when the ones before gave nothing: an order tuned for keeping everything can leave more
-    than the budget that eviction cannot touch), evicting forward values only; when that gives
-    nothing, the same evicting backward values too (a gradient made long before its read;
-    planner.remat.problem.recomputable_anywhere), before the next order is tried (UNet-Adam
-    near its smallest budget: backward eviction in the chosen order fits, no other order's
-    forward eviction does, and trying those first spent the time). Each order runs as itself
-    and deferred (planner.order.just_in_time.deferred: which of the two evicts better depends
-    on the graph, so their runs alternate), each at the FACTORS of the budget until a fitting
-    schedule is SLOWEST_KEPT times slower than the first, a lower factor stops lowering the
-    replayed peak, or `deadline` passes (with `first`, the first run always completes)."""
-    fitting: list[Candidate] = []
+          alignment: int, deadline: float, rule: str, first: bool) -> _Found:
+    """One rule's replayed schedules within `budget`, and the smallest peak replayed. Each of
+    the orders in turn (the next only when the ones before gave nothing: an order tuned for
+    keeping everything can leave more than the budget that eviction cannot touch), evicting
+    forward values only; when that gives nothing, the same evicting backward values too (a
+    gradient made long before its read; planner.remat.problem.recomputable_anywhere), before the
+    next order is tried (UNet-Adam near its smallest budget: backward eviction in the chosen
+    order fits, no other order's forward eviction does, and trying those first spent the time).
+    Each order runs as itself and deferred (planner.order.just_in_time.deferred: which of the
+    two evicts better depends on the graph, so their runs alternate), each at the FACTORS of the
+    budget until a fitting schedule is SLOWEST_KEPT times slower than the first, a lower factor
+    stops lowering the replayed peak, or `deadline` passes (with `first`, the first run always
+    completes)."""
+    found = _Found()
     anywhere = recomputable_anywhere(graph)
     label = "" if rule == NEIGHBOURHOOD else f"-{rule}"
     for number, order in enumerate(forms.orders):
         forward, _ = forward_phase(graph, order, RematOptions())
         for scope in ("", "+bwd"):
-            if fitting:
-                return fitting
+            if found.fitting:
+                return found
             if scope and anywhere == forward:
                 continue
             name = f"evict{label}{scope}@{{factor:g}}" + (
                 f"{OTHER_ORDER}{number}" if number else "")
             recomputable = anywhere if scope else forward
             runs = [_factors(graph, order, device, budget, costs, alignment, deadline, rule,
-                             recomputable, name, fitting, complete=first),
+                             recomputable, name, found, complete=first),
                     _deferred_factors(forms, number, device, budget, costs, alignment,
-                                      deadline, rule, recomputable, name + LATE, fitting)]
+                                      deadline, rule, recomputable, name + LATE, found)]
             first = False
             while runs:
                 for run in list(runs):
                     if not next(run, False):
                         runs.remove(run)
                     elif time.perf_counter() > deadline:
-                        return fitting
-    return fitting
+                        return found
+    return found
 
 
 def _deferred_factors(forms: _Forms, number: int, device: str, budget: int, costs: CostTable,
                       alignment: int, deadline: float, rule: str,
-                      recomputable: Collection[int], name: str, fitting: list[Candidate]
+                      recomputable: Collection[int], name: str, found: _Found
                       ) -> Iterator[bool]:
     """_factors on the deferred form of order `number`, made only when its first run is due
     within `deadline` (0.2 s on the 20,000-op chain, where it is the order itself)."""
@@ -503,16 +529,17 @@ def _deferred_factors(forms: _Forms, number: int, device: str, budget: int, cost
     late = forms.late(number)
     if late is not None:
         yield from _factors(forms.graph, late, device, budget, costs, alignment, deadline,
-                            rule, recomputable, name, fitting, complete=False)
+                            rule, recomputable, name, found, complete=False)
 
 
 def _factors(graph: Graph, order: Sequence[int], device: str, budget: int, costs: CostTable,
              alignment: int, deadline: float, rule: str, recomputable: Collection[int],
-             name: str, fitting: list[Candidate], complete: bool) -> Iterator[bool]:
+             name: str, found: _Found, complete: bool) -> Iterator[bool]:
     """The runs of one order at the FACTORS of `budget`, one per step of the iteration (True
-    while more may follow), adding each that fits to `fitting` (shared by the orders run
+    while more may follow), adding each that fits to `found` (shared by the orders run
     alongside: the first to fit sets how slow the others may be); with `complete`, the first
     run ignores the deadline. See _scan for the stops."""
+    fitting = found.fitting
     floor: int | None = None
     for number, factor in enumerate(FACTORS):
         if time.perf_counter() > deadline and not (complete and not number):
@@ -528,6 +555,7 @@ def _factors(graph: Graph, order: Sequence[int], device: str, budget: int, costs
             yield True
             continue
         stats = simulate(graph, evicted.schedule, costs, alignment=alignment)
+        found.replayed(stats.peaks[device])
         if stats.fits({device: budget}):
             fitting.append(Candidate(name.format(factor=factor), None, None,
                                      evicted.schedule, stats))

@@ -29,7 +29,7 @@ from planner.remat.bounds import CrossingBound, crossing_bound
 from planner.remat.configure import base_reductions, configure, home_device
 from planner.remat.decision import Decision, evaluate
 from planner.remat.emit import emit_schedule
-from planner.remat.evict import LATE, OTHER_ORDER, evict_candidates, source_orders
+from planner.remat.evict import LATE, OTHER_ORDER, Evictions, evict_candidates, source_orders
 from planner.remat.fill import fill_budget
 from planner.remat.heuristics import Candidate, heuristic_candidates, replay
 from planner.remat.lp_rounding import lp_rounding
@@ -80,7 +80,9 @@ class RematResult:
     model: ModelOutcome
     keep_all_seconds: float | None  # every op once on the home device
     home: str  # where sources, state and outputs live (planner.remat.configure.home_device)
-    smallest_peak_bytes: int | None = None  # smallest replayed home peak the heuristics saw
+    # the smallest replayed home peak the heuristics and the eviction runs saw, within the
+    # budgets or not (planner.pipeline.infeasible names a budget from it when nothing fits)
+    smallest_peak_bytes: int | None = None
     notes: tuple[str, ...] = ()
     # Other schedules within the budgets, fastest first: with lower peaks, they may lay out
     # within a budget the best one's arena overshoots (planner.pipeline tries them first).
@@ -164,10 +166,12 @@ def plan_remat(
     single = len(budget_bytes) == 1
     large = single and len(graph.ops) > LARGE_GRAPH_OPS
     evict_share = shares.evict_large if large else shares.evict
-    evicted = (evict_candidates(graph, [order, *other_orders],
-                                *next(iter(budget_bytes.items())), costs,
-                                alignment=memory_unit,
-                                deadline=started + evict_share * time_limit) if single else [])
+    evictions = (evict_candidates(graph, [order, *other_orders],
+                                  *next(iter(budget_bytes.items())), costs,
+                                  alignment=memory_unit,
+                                  deadline=started + evict_share * time_limit)
+                 if single else Evictions([], None))
+    evicted = evictions.fitting
     if crossing is not None:
         # Schedules of other orders (or of deferred forms) count: the bound must hold for them.
         for source in source_orders(graph, [order, *other_orders], evicted):
@@ -177,7 +181,7 @@ def plan_remat(
                     crossing = also
     if large:
         return _large(graph, order, budget_bytes, costs, memory_unit, started, time_limit,
-                      evicted, crossing, fill=use_solver,
+                      evictions, crossing, fill=use_solver,
                       notes=_target_notes(budget_bytes, bounded))
     if evicted and evicted[0].name.endswith(LATE) and OTHER_ORDER not in evicted[0].name:
         # The order's deferred form evicts best: the stage model gets it too (ResNet-CIFAR at
@@ -201,6 +205,8 @@ def plan_remat(
         candidates = sorted(candidates + more, key=lambda c: c.seconds)
         if small2 is not None:
             smallest = small2 if smallest is None else min(smallest, small2)
+    if evictions.smallest_peak is not None:
+        smallest = min(evictions.smallest_peak, smallest or evictions.smallest_peak)
     candidates = sorted(candidates + evicted, key=lambda c: c.seconds)
     lp_left = started + shares.lp_rounding * time_limit - time.perf_counter()
     if use_solver and single and lp_left > 0:
@@ -269,12 +275,12 @@ def _result(candidates: Sequence[Candidate], lower: tuple[float, str],
 
 def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
            costs: CostTable, memory_unit: int, started: float, time_limit: float,
-           evicted: Sequence[Candidate], crossing: CrossingBound | None, fill: bool,
+           evictions: Evictions, crossing: CrossingBound | None, fill: bool,
            notes: Sequence[str]) -> RematResult:
     """One device, past LARGE_GRAPH_OPS ops: the eviction schedules and the fill pass, no model
     (see LARGE_GRAPH_OPS)."""
     device = next(iter(budget_bytes))
-    candidates = list(evicted)
+    candidates = list(evictions.fitting)
     if fill:
         candidates = _filled(graph, candidates, budget_bytes, costs, memory_unit,
                              deadline=started + time_limit)
@@ -283,7 +289,8 @@ def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
         "(planner.remat.evict) and the fill pass (planner.remat.fill) alone"))
     model = ModelOutcome("evict", "replay", reductions, exact=False)
     lower = _lower_bound(costs, crossing, None)
-    smallest = min((c.stats.peaks.get(device, 0) for c in candidates), default=None)
+    smallest = min((c.stats.peaks.get(device, 0) for c in candidates),
+                   default=evictions.smallest_peak)
     return _result(candidates, lower, False, model, costs, device, smallest, notes,
                    started)
 

@@ -4,17 +4,22 @@ its runner-ups (each schedule once), and the per-graph analysis it reads once.""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
+from planner.ir.graph import load_graph
 from planner.ir.graph_json import graph_from_node_link
 from planner.order import optimize_order
+from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.costs import costs_from_profile
 from planner.remat.bounds import crossing_bound
+from planner.remat.evict import evict_candidates
 from planner.remat.problem import recomputable_anywhere
 from planner.remat.rematerialize import plan_remat
 from planner.remat.report import remat_report
 from tests.support.chains import chain_json
+from tests.support.fixture_zoo import model_path
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +70,24 @@ def test_runner_ups_list_each_schedule_once(chain):
 def test_recomputable_ops_are_found_once_per_graph(chain):
     graph, _, _ = chain
     assert recomputable_anywhere(graph) is recomputable_anywhere(graph)
+
+
+def test_when_nothing_fits_the_result_names_the_peak_eviction_reached():
+    """unet_small at persistent + 30% of its activations (471,280 B): no eviction run fits
+    (a gradient a recomputation would make from a weight already updated in place stays, 128
+    KiB), but the runs replay down to about 608,000 B, a budget the planner meets. The result's
+    smallest peak, which the refusal names a budget from, was the stage heuristics' alone (the
+    refusal asked for 691,200 B)."""
+    graph = load_graph(model_path("unet_small"), optimization="extended")
+    costs = costs_from_profile(profile_graph(graph, ["cpu"], policy=QUICK_POLICY), graph,
+                               ["cpu"])
+    order = optimize_order(graph, use_solver=False).order
+    budget = 471_280
+    found = evict_candidates(graph, [order], "cpu", budget, costs, alignment=64,
+                             deadline=time.perf_counter() + 3)
+    assert not found.fitting
+    assert found.smallest_peak is not None and budget < found.smallest_peak < 640_000
+    result = plan_remat(graph, order, {"cpu": budget}, costs, time_limit=3, use_solver=False)
+    assert result.best is None
+    assert result.smallest_peak_bytes is not None
+    assert result.smallest_peak_bytes <= found.smallest_peak
