@@ -42,6 +42,8 @@ EXTRA = [
      "remat/limits.md", "bench.remat.run_limits_bench"),
     ("Profiling: estimated vs measured op costs, where the estimates' factors come from "
      "(issue 16)", "profile/estimates.md", "bench.profile.calibrate_estimates"),
+    ("Profiling: the whole-graph workspace measurement's estimated cost vs measured "
+     "(issue 16)", "profile/workspace_cost.md", "bench.profile.workspace_cost"),
 ]
 
 
