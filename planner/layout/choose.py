@@ -34,6 +34,7 @@ from planner.layout.heuristics import HEURISTICS, run_heuristics
 from planner.layout.instance import LayoutInstance, arena_units, build_instance
 from planner.layout.intervals import time_components
 from planner.layout.reductions import stack_always_live
+from planner.layout.tiling import Tiling, reduce_tiling
 from planner.layout.types import (
     DEFAULT_ALIGNMENT,
     STATUS_FEASIBLE,
@@ -73,6 +74,10 @@ _CANONICAL_NODES_PER_BUFFER = 60
 _CANONICAL_SHARE = 0.3
 # the first round of the wide portfolio gets this fraction of each member's moves
 _CANONICAL_ROUND = 4
+# a component with at least this share of full times (tiling.py) goes to CP-SAT with its
+# boundary constraints at once: on the tight synthetic instances (every time full) it decides
+# the glued buffers within 0.5 s where the canonical search wanders for seconds or finds nothing
+_TILED_SHARE = 0.5
 
 
 @dataclass
@@ -118,7 +123,7 @@ def _share(search: _Search, comp: np.ndarray, pending: list[np.ndarray]) -> floa
     return search.remaining() * len(comp) / max(1, sum(len(c) for c in pending))
 
 
-def _canonical_rounds(search: _Search, comp: np.ndarray, goal: int, nodes: int,
+def _canonical_rounds(instance: LayoutInstance, comp: np.ndarray, goal: int, nodes: int,
                       deadline: float) -> dict[int, int] | None:
     """The canonical search over the whole component: every member of the wide portfolio
     (canonical.py) with a short budget, then again with a longer one; ``nodes`` moves per
@@ -127,7 +132,7 @@ def _canonical_rounds(search: _Search, comp: np.ndarray, goal: int, nodes: int,
     member varies (heavy tails): short runs of all of them first."""
     share = nodes * len(DIRECTIONS) // len(WIDE_PORTFOLIO)
     for budget in (share // _CANONICAL_ROUND, share):
-        found = canonical_portfolio(search.instance, comp, capacity=goal, node_budget=budget,
+        found = canonical_portfolio(instance, comp, capacity=goal, node_budget=budget,
                                     deadline=deadline, portfolio=WIDE_PORTFOLIO)
         if found is not None or time.perf_counter() > deadline:
             return found
@@ -145,6 +150,8 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
     component with a hot window (noted in ``search.windowed``) skips CP-SAT: on traces of
     thousands of buffers its decision never came back in the seconds it was given."""
     started = time.perf_counter()
+    tiling: Tiling | None = None
+    instance, members = search.instance, comp
     if not len(search.instance.obstacle_idx):
         window_seconds = seconds * _WINDOW_SHARE
         if quick:
@@ -164,24 +171,34 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
         seconds -= time.perf_counter() - started
         started = time.perf_counter()
         canonical_seconds = seconds * _CANONICAL_SHARE
-        nodes = _CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(comp)
         if int(comp[0]) in search.windowed:
+            nodes = _CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(comp)
             canonical_seconds = min(canonical_seconds, _QUICK_GOAL_WHOLE * _WINDOWED_SECONDS)
             found = canonical_portfolio(search.instance, comp, capacity=goal,
                                         node_budget=int(nodes * _GOAL_EFFORT),
                                         deadline=started + canonical_seconds)
+            if found is None:
+                return "UNKNOWN"
         else:
-            found = _canonical_rounds(search, comp, goal, nodes, started + canonical_seconds)
+            tiling = reduce_tiling(search.instance, comp, goal)
+            instance, members = (tiling.instance, tiling.members) if tiling else (search.instance,
+                                                                                  comp)
+            found = None
+            if tiling is None or tiling.full_share < _TILED_SHARE:
+                nodes = _CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(members)
+                found = _canonical_rounds(instance, members, goal, nodes,
+                                          started + canonical_seconds)
+            if found is not None and tiling is not None:
+                found = tiling.expand(found)
         if found is not None:
             search.accept(found)
             search.solved_by["canonical"] += 1
             return "FIT"
-        if int(comp[0]) in search.windowed:
-            return "UNKNOWN"
         seconds -= time.perf_counter() - started
-    result = decide_component(search.instance, comp, upper=goal, options=search.options(seconds))
+    result = decide_component(instance, members, upper=goal, options=search.options(seconds),
+                              boundaries=tiling.boundaries if tiling else ())
     if result.arena is not None:
-        search.accept(result.offsets)
+        search.accept(tiling.expand(result.offsets) if tiling else result.offsets)
         search.solved_by["cpsat"] += 1
         return "FIT"
     return result.status

@@ -20,6 +20,7 @@ Each family of constraints is added by one function below; OLLA's equations (Ste
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from ortools.sat.python import cp_model
 from planner.layout.instance import LayoutInstance
 from planner.layout.intervals import maximal_cross_sections, overlapping_in_time
 from planner.layout.reductions import push_down, stackable
+from planner.layout.tiling import Boundary
 
 # total size of all cross-sections above which one NoOverlap2D replaces them
 _SECTION_BUDGET_PER_BUFFER = 40
@@ -126,6 +128,36 @@ def _add_stacked_floor(m: _Model, instance: LayoutInstance, stacked: list[int]) 
         top += int(instance.size[i])
 
 
+def _add_boundaries(m: _Model, instance: LayoutInstance, boundaries: Sequence[Boundary],
+                    upper: int) -> None:
+    """Redundant constraints of the full times (tiling.py): the buffers ending and those
+    starting there occupy the same addresses, so both sides have the same lowest and the same
+    highest address; where those addresses are one interval, every buffer of both sides lies
+    in it. CP-SAT's NoOverlaps imply this only through the full sections' exact fill, which
+    they propagate weakly."""
+    model = m.model
+    for boundary in boundaries:
+        sides = (boundary.ending, boundary.starting)
+        if boundary.contiguous:
+            total = sum(int(instance.size[b]) for b in boundary.ending)
+            start = model.new_int_var(instance.zone_top, max(instance.zone_top, upper - total),
+                                      "interval")
+            for b in (*boundary.ending, *boundary.starting):
+                model.add(m.offset[b] >= start)
+                model.add(m.offset[b] + int(instance.size[b]) <= start + total)
+            continue
+        lows, highs = [], []
+        for side in sides:
+            low = model.new_int_var(instance.zone_top, upper, "low")
+            model.add_min_equality(low, [m.offset[b] for b in side])
+            high = model.new_int_var(instance.zone_top, upper, "high")
+            model.add_max_equality(high, [m.offset[b] + int(instance.size[b]) for b in side])
+            lows.append(low)
+            highs.append(high)
+        model.add(lows[0] == lows[1])
+        model.add(highs[0] == highs[1])
+
+
 def _identical_groups(instance: LayoutInstance, members: np.ndarray) -> list[list[int]]:
     """Groups of interchangeable buffers (same lifetime, size and alignment), by index."""
     groups: dict[tuple[int, int, int, int], list[int]] = {}
@@ -189,7 +221,7 @@ def _with_search(m: _Model, instance: LayoutInstance, members: np.ndarray, ties:
 
 def _build(
     instance: LayoutInstance, members: np.ndarray, *, floor: int, upper: int,
-    hint: dict[int, int] | None, minimize: bool,
+    hint: dict[int, int] | None, minimize: bool, boundaries: Sequence[Boundary] = (),
 ) -> _Model:
     span_lo = int(instance.lower[members].min())
     span_hi = int(instance.upper[members].max())
@@ -212,6 +244,7 @@ def _build(
     _add_stacked_floor(m, instance, stacked)
     groups = _identical_groups(instance, members[~np.isin(members, stacked)])
     _add_symmetry_breaking(m, groups)
+    _add_boundaries(m, instance, boundaries, upper)
     if hint is not None:
         _add_hint(m, instance, hint, stacked, groups, floor, upper)
     if minimize:
@@ -261,14 +294,17 @@ def _run(
 
 
 def decide_component(
-    instance: LayoutInstance, members: np.ndarray, *, upper: int, options: ExactOptions
+    instance: LayoutInstance, members: np.ndarray, *, upper: int, options: ExactOptions,
+    boundaries: Sequence[Boundary] = (),
 ) -> ExactResult:
     """Find any layout of the free buffers ``members`` with every end at most ``upper``.
 
-    "INFEASIBLE" proves that none exists (then ``bound`` = ``upper + 1``).
+    "INFEASIBLE" proves that none exists (then ``bound`` = ``upper + 1``). ``boundaries``: the
+    full times of the component under ``upper`` (tiling.py), as redundant constraints.
     """
     deadline = time.perf_counter() + options.time_limit
-    base = _build(instance, members, floor=upper, upper=upper, hint=None, minimize=False)
+    base = _build(instance, members, floor=upper, upper=upper, hint=None, minimize=False,
+                  boundaries=boundaries)
     models = {
         name: base if name == "cpsat" else _with_search(base, instance, members, name)
         for name in _PORTFOLIO

@@ -71,7 +71,18 @@ def test_alignments_are_kept() -> None:
 
 
 def test_plan_layout_reports_the_canonical_search() -> None:
-    buffers = tight_buffers(60, seed=11)
+    """A tight instance with one more buffer over its first quarter: the peak is reached there
+    only, so too few times are full for the glued CP-SAT route (planner.layout.tiling) and the
+    canonical search is what reaches the bound (the heuristics do not)."""
+    buffers = [*tight_buffers(60, seed=11), Buffer("extra", 0, 10, 4 * 64)]
     layout = plan_layout(buffers, time_limit=20)
     assert (layout.method, layout.status, layout.gap) == ("canonical", "OPTIMAL", 0.0)
+    assert check_layout(buffers, layout) == []
+
+
+def test_plan_layout_reports_cp_sat_on_a_fully_tight_instance() -> None:
+    """Every time full: glued at once and decided by CP-SAT with the boundaries."""
+    buffers = tight_buffers(60, seed=11)
+    layout = plan_layout(buffers, time_limit=20)
+    assert (layout.method, layout.status, layout.gap) == ("cpsat", "OPTIMAL", 0.0)
     assert check_layout(buffers, layout) == []
