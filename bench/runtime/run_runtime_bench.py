@@ -6,7 +6,9 @@
 Cases: the six committed fixtures and six bench-scale training graphs (bench/models, exported
 with bench.memory.models if missing: VGG-11, ResNet-18, MobileNetV2, UNet, BERT-small,
 GPT-2-small). For each: profile it (planner.profile, cached: the plan's predicted step time and
-each op's kernel scratch), plan it at 100% budget (keep everything) with the CLI's default
+each op's kernel scratch), plan it at 100% budget (keep everything) and at the persistent
+bytes plus half of the keep-everything arena's other bytes (issue 14's +50% budget; where that
+is refused, at the smallest budget the refusal names), with the CLI's default
 graph optimization (`--graph-optimization`; `disable` plans the model as sent) and each device's
 kernel workspace set from the profile of the graph planned (planner.profile.workspace), then
 measure in
@@ -22,12 +24,15 @@ leave glibc as it is, like a plain `arenaplan run`.
     * steps: the peak over the resident set after setup, across all steps (the arena's page-in
       and kernel scratch included), and what later steps add to the first step's peak,
     * total: the peak during the steps over the resident set before setup;
-  for the runtime, ONNX Runtime's whole-graph session with its defaults (CPU arena and memory
+  for the runtime (and the runtime at the +50% budget), ONNX Runtime's whole-graph session
+  with its defaults (CPU arena and memory
   pattern on, all graph optimizations) and the same session lean (arena, memory pattern and
   optimizations off: the runtime's kernel settings). The runtime's figures are set against what
   the plan reserves on the host (arena + workspace) plus runtime.measure.HOST_OVERHEAD_BYTES;
 - time: one fresh process runs the variants interleaved step by step (after warm-up steps)
-  and reports medians of wall time and calling-thread CPU time: the runtime (segments; and one
+  and reports medians of wall time and calling-thread CPU time: the runtime (at 100% and at
+  the +50% budget: the price of the recomputations against the same default session;
+  segments; and one
   session per op on the fixtures, which gives the cost of a segment), ONNX Runtime's
   whole-graph session default and, on the fixtures, lean (`session.run` with the state fed
   back, like a training loop) and at its fastest (IOBinding, no feedback); a second fresh
@@ -60,14 +65,18 @@ DEFAULT_FIXTURES = ("mlp_sgd", "cnn_bn_momentum", "unet_small", "resnet_cifar", 
 BENCH_MODELS = ("vgg11_sgd", "resnet18_momentum", "mobilenet_v2_momentum", "unet_adam",
                 "bert_small_adam", "gpt2_small_adam")
 GENEROUS = 2**40
-MEMORY_MODES = ("runtime", "ort_default", "ort_lean")
+MEMORY_MODES = ("runtime", "ort_default", "ort_lean", "runtime_half")
+REFUSALS_FOLLOWED = 2
+HALF = 0.5  # the share of the keep-everything arena's non-persistent bytes in the second budget
 FORMER_SEGMENT_CAP = 1024  # compute steps per segment before issue 16
 # Variants timed together (interleaved) in one process; 1 and 2 threads in separate processes:
 # after a run ONNX Runtime's intra-op workers spin for a while, stealing a core from whatever
-# runs next on this 2-core machine. A bench-scale graph holds a few GiB per runner: two at most.
-SMALL_TIME_GROUPS = (("runtime", "ort_default", "ort_lean", "runtime_per_op", "ort_iobinding"),
+# runs next on this 2-core machine.
+# A bench-scale graph holds a few GiB per runner (GPT-2-small: about 9 GiB for the three).
+SMALL_TIME_GROUPS = (("runtime", "ort_default", "ort_lean", "runtime_per_op", "ort_iobinding",
+                      "runtime_half"), ("runtime_t2", "ort_default_t2"))
+LARGE_TIME_GROUPS = (("runtime", "ort_default", "runtime_half"),
                      ("runtime_t2", "ort_default_t2"))
-LARGE_TIME_GROUPS = (("runtime", "ort_default"), ("runtime_t2", "ort_default_t2"))
 
 
 def case_files(name: str) -> tuple[Path, Path]:
@@ -123,7 +132,7 @@ def worker_memory(mode: str, model_path: str, plan_path: str, inputs_path: str, 
     before = rss_bytes()
     setup = PeakGrowth.start()
     runner: PlanExecutor | ReferenceSession
-    if mode == "runtime":
+    if mode in ("runtime", "runtime_half"):  # `plan_path` is the plan of that budget
         runner = PlanExecutor(model, plan)
     else:
         lean = mode == "ort_lean"
@@ -143,8 +152,10 @@ def worker_memory(mode: str, model_path: str, plan_path: str, inputs_path: str, 
             "reset_ok": setup.reset_ok and run.reset_ok}
 
 
-def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, warmup: int,
-                variants: list[str]) -> dict:
+def worker_time(model_path: str, plan_path: str, half_plan_path: str, inputs_path: str,
+                steps: int, warmup: int, variants: list[str]) -> dict:
+    """Fresh process: `variants` interleaved step by step; "runtime_half" runs the plan at
+    `half_plan_path` ("-": none, the variant is left out)."""
     import numpy as np
     import onnxruntime as ort
 
@@ -166,6 +177,7 @@ def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, w
 
     makers = {
         "runtime": lambda: PlanExecutor(model, plan),
+        "runtime_half": lambda: PlanExecutor(model, read_plan(half_plan_path)),
         "ort_default": lambda: ReferenceSession(model, plan.state_updates, optimization="all"),
         "ort_lean": lambda: ReferenceSession(model, plan.state_updates, optimization="disable",
                                              memory_arena=False, memory_pattern=False),
@@ -174,6 +186,8 @@ def worker_time(model_path: str, plan_path: str, inputs_path: str, steps: int, w
                                                    optimization="all"),
         "runtime_per_op": lambda: PlanExecutor(model, plan, options=ExecutorOptions(fuse=False)),
     }
+    if half_plan_path == "-":
+        variants = [v for v in variants if v != "runtime_half"]
     runners = {name: timed_build(name, makers[name]) for name in variants if name in makers}
     for runner in runners.values():
         runner.load_inputs(values)
@@ -224,10 +238,10 @@ def spawn(*args: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def plan_case(name: str, time_limit: float, tmp: Path, level: GraphOptimization
-              ) -> tuple[Path, dict]:
-    """Profile (cached) the graph `level` plans and plan the case at 100% budget, workspace set
-    from the profile."""
+def plan_case(name: str, time_limit: float, half_time_limit: float, tmp: Path,
+              level: GraphOptimization) -> tuple[Path, dict]:
+    """Profile (cached) the graph `level` plans and plan the case at 100% budget and at the
+    +50% budget (plan_half), workspace set from the profile."""
     import numpy as np
 
     from planner.ir.graph import load_graph
@@ -249,6 +263,9 @@ def plan_case(name: str, time_limit: float, tmp: Path, level: GraphOptimization
     path = tmp / f"{name}.plan.json"
     path.write_text(plan.model_dump_json())
     device = plan.devices[0]
+    half = plan_half(model, graph, profile, level, device.persistent_bytes + int(
+        HALF * (device.arena_bytes - device.persistent_bytes)), half_time_limit,
+        tmp / f"{name}.half.plan.json")
     buffers = {b.id: b for b in plan.buffers}
     former = group_steps(plan.steps, buffers, max_segment=FORMER_SEGMENT_CAP, order_kept={"cpu"})
     return path, {
@@ -266,19 +283,73 @@ def plan_case(name: str, time_limit: float, tmp: Path, level: GraphOptimization
         "predicted_step_seconds": plan.predicted_seconds,
         "profile_seconds": profile_s,
         "segments_former_cap": sum(isinstance(u, Segment) for u in former),
+        "half": half,
     }
+
+
+def plan_half(model: Path, graph, profile, level: GraphOptimization, budget: int,
+              time_limit: float, path: Path) -> dict:
+    """The plan at `budget` (the +50% budget) written to `path`, with its workspace; where the
+    planner refuses it naming a smallest feasible budget (or a proven lower bound on one), the
+    plan at that budget (a proven lower bound may be refused again, naming a budget the
+    planner meets: up to REFUSALS_FOLLOWED refusals are followed). The row says which, and holds
+    no "plan_path" when none was made."""
+    from planner.pipeline import plan_model
+    from planner.profile.workspace import with_workspace
+    from schemas.errors import InfeasibleError
+    from schemas.plan import ComputeStep, PlanRequest
+
+    row: dict = {"budget_bytes": budget, "planned_at_bytes": budget}
+    started = time.perf_counter()
+
+    def plan_at(bytes_: int):
+        return plan_model(model, PlanRequest(budgets={"cpu": bytes_}, time_limit_s=time_limit,
+                                             profile=profile, graph_optimization=level))
+
+    at = budget
+    for _ in range(REFUSALS_FOLLOWED + 1):
+        try:
+            plan = plan_at(at)
+            break
+        except InfeasibleError as exc:
+            row.setdefault("refusals", []).append(str(exc))
+            if exc.smallest_feasible is None or exc.smallest_feasible <= at:
+                return row
+            at = exc.smallest_feasible
+    else:
+        return row
+    row["planned_at_bytes"] = at
+    plan = with_workspace(graph, plan, profile)
+    path.write_text(plan.model_dump_json())
+    device = plan.devices[0]
+    remat = next((r for r in plan.solvers if r.phase == "remat"), None)
+    row.update({
+        "plan_path": str(path), "plan_seconds": time.perf_counter() - started,
+        "arena_bytes": device.arena_bytes,
+        "reserved_bytes": device.arena_bytes + device.workspace_bytes,
+        "recomputes": sum(1 for s in plan.steps if isinstance(s, ComputeStep) and s.recompute),
+        "remat_status": None if remat is None else f"{remat.status} ({remat.method})",
+        "predicted_step_seconds": plan.predicted_seconds,
+    })
+    return row
 
 
 def bench_case(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     from runtime.measure import HOST_OVERHEAD_BYTES
 
-    plan_path, row = plan_case(name, args.time_limit, tmp, args.graph_optimization)
+    plan_path, row = plan_case(name, args.time_limit, args.half_time_limit, tmp,
+                               args.graph_optimization)
     model, inputs = (str(p) for p in case_files(name))
+    half = row["half"]
+    half_path = half.get("plan_path", "-")
     small = name not in BENCH_MODELS
     runs, steps = (args.runs, args.steps) if small else (args.model_runs, args.model_steps)
     memory = {}
     for mode in MEMORY_MODES:
-        found = [spawn("--worker-memory", mode, model, str(plan_path), inputs, str(steps))
+        if mode == "runtime_half" and half_path == "-":
+            continue
+        mode_plan = half_path if mode == "runtime_half" else str(plan_path)
+        found = [spawn("--worker-memory", mode, model, mode_plan, inputs, str(steps))
                  for _ in range(runs)]
         memory[mode] = {key: statistics.median(r[key] for r in found) for key in
                         ("onnxruntime_init", "setup", "steps_peak", "first_step",
@@ -294,10 +365,15 @@ def bench_case(name: str, args: argparse.Namespace, tmp: Path) -> dict:
         "total_peak_over_reserved": runtime["total_peak"] - row["reserved_bytes"],
         "steps_within": runtime["steps_peak"] <= row["reserved_bytes"] + HOST_OVERHEAD_BYTES,
     }
+    if "runtime_half" in memory:
+        half["steps_peak_over_reserved"] = (memory["runtime_half"]["steps_peak"]
+                                            - half["reserved_bytes"])
+        half["steps_within"] = half["steps_peak_over_reserved"] <= HOST_OVERHEAD_BYTES
     time_steps, warmup = (args.time_steps, args.warmup) if small else (args.model_time_steps, 2)
     groups = SMALL_TIME_GROUPS if small else LARGE_TIME_GROUPS
-    row["time_runs"] = [spawn("--worker-time", model, str(plan_path), inputs, str(time_steps),
-                              str(warmup), ",".join(group)) for group in groups]
+    row["time_runs"] = [spawn("--worker-time", model, str(plan_path), half_path, inputs,
+                              str(time_steps), str(warmup), ",".join(group))
+                        for group in groups]
     base, two = row["time_runs"]
     wall, cpu = base["wall_median"], base["cpu_median"]
     row["time"] = {"wall_median": wall, "cpu_median": cpu,
@@ -322,6 +398,13 @@ def bench_case(name: str, args: argparse.Namespace, tmp: Path) -> dict:
             (cpu["runtime_per_op"] - cpu["runtime"]) / extra if extra > 0 else None)
     if row["predicted_step_seconds"]:
         row["ratios"]["wall_vs_predicted"] = wall["runtime"] / row["predicted_step_seconds"]
+    if "runtime_half" in cpu:
+        half["cpu_median"] = cpu["runtime_half"]
+        half["cpu_vs_ort_default"] = cpu["runtime_half"] / cpu["ort_default"]
+        half["cpu_vs_runtime"] = cpu["runtime_half"] / cpu["runtime"]
+        if half["predicted_step_seconds"] and row["predicted_step_seconds"]:
+            half["predicted_vs_keep_everything"] = (half["predicted_step_seconds"]
+                                                    / row["predicted_step_seconds"])
     return row
 
 
@@ -407,6 +490,7 @@ def write_markdown(results: dict, path: Path) -> None:
             f"{'-' if cost is None else f'{cost * 1e6:.1f}'} | "
             f"{'-' if not predicted else ms(predicted)} |"
         )
+    lines += half_table(results)
     lines += [
         "",
         "## Threads: 1 and 2 intra-op threads (ms, median wall time)",
@@ -428,6 +512,46 @@ def write_markdown(results: dict, path: Path) -> None:
         )
     lines += ["", *results["notes"], ""]
     path.write_text("\n".join(lines))
+
+
+def half_table(results: dict) -> list[str]:
+    """The +50% budget's rows: the plan made there and its step against the same default
+    session, timed in the same process as the 100% rows."""
+    lines = [
+        "",
+        "## At the persistent bytes + 50% of the activation bytes (1 intra-op thread)",
+        "",
+        "The budget of issue 14 (persistent + half of the keep-everything arena's other bytes); "
+        "where the planner refuses it, the plan at the smallest budget the refusal names "
+        f"(planner time limit {results['settings'].get('half_time_limit', 60):g} s). *CPU ms*: "
+        "median thread CPU time of a step, interleaved with the 100% runtime and ONNX Runtime's "
+        "default session above. *steps peak - reserved*: as above, for this plan.",
+        "",
+        "| case | budget | planned at | arena | recomputed | remat | steps peak - reserved "
+        "(KiB) | CPU ms | / ORT default | / runtime at 100% | predicted / keep-everything's |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results["cases"].items():
+        h = r.get("half")
+        if h is None:
+            continue
+        if "plan_path" not in h:
+            why = h.get("refusals", ["no plan"])[-1]
+            lines.append(f"| {name} | {kib(h['budget_bytes'])} KiB | - | - | - | refused: "
+                         f"{why.splitlines()[0][:120]} | - | - | - | - | - |")
+            continue
+        at = ("=" if h["planned_at_bytes"] == h["budget_bytes"]
+              else f"{kib(h['planned_at_bytes'])} KiB")
+        ratio = h.get("predicted_vs_keep_everything")
+        lines.append(
+            f"| {name} | {kib(h['budget_bytes'])} KiB | {at} | {kib(h['arena_bytes'])} KiB | "
+            f"{h['recomputes']} | {h['remat_status'] or 'no remat'} | "
+            f"{kib(h.get('steps_peak_over_reserved'))} | "
+            f"{ms(h['cpu_median'])} | {h['cpu_vs_ort_default']:.2f} | "
+            f"{h['cpu_vs_runtime']:.2f} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}'} |"
+        )
+    return lines
 
 
 def _planned_graph(level: str) -> str:
@@ -511,7 +635,10 @@ def main() -> int:
     parser.add_argument("--time-steps", type=int, default=30, help="timed steps per variant")
     parser.add_argument("--model-time-steps", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--time-limit", type=float, default=10.0, help="planner time limit")
+    parser.add_argument("--time-limit", type=float, default=10.0,
+                        help="planner time limit at 100%% budget")
+    parser.add_argument("--half-time-limit", type=float, default=60.0,
+                        help="planner time limit at the +50%% budget (issue 14's)")
     parser.add_argument("--graph-optimization", choices=["disable", "basic", "extended"],
                         default=SERVICE_DEFAULT,
                         help="the graph planned (default: the CLI's, %(default)s)")
@@ -521,8 +648,8 @@ def main() -> int:
                         "now), measuring nothing")
     parser.add_argument("--worker-memory", nargs=5, metavar=("MODE", "MODEL", "PLAN", "NPZ", "N"),
                         help=argparse.SUPPRESS)
-    parser.add_argument("--worker-time", nargs=6,
-                        metavar=("MODEL", "PLAN", "NPZ", "N", "W", "VARIANTS"),
+    parser.add_argument("--worker-time", nargs=7,
+                        metavar=("MODEL", "PLAN", "HALF_PLAN", "NPZ", "N", "W", "VARIANTS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_memory:
@@ -530,8 +657,9 @@ def main() -> int:
         print(json.dumps(worker_memory(mode, model, plan, npz, int(n))))
         return 0
     if args.worker_time:
-        model, plan, npz, n, w, variants = args.worker_time
-        print(json.dumps(worker_time(model, plan, npz, int(n), int(w), variants.split(","))))
+        model, plan, half_plan, npz, n, w, variants = args.worker_time
+        print(json.dumps(worker_time(model, plan, half_plan, npz, int(n), int(w),
+                                     variants.split(","))))
         return 0
 
     if args.markdown_only:
@@ -548,7 +676,7 @@ def main() -> int:
         "settings": {"runs": args.runs, "model_runs": args.model_runs, "steps": args.steps,
                      "model_steps": args.model_steps, "time_steps": args.time_steps,
                      "model_time_steps": args.model_time_steps, "warmup": args.warmup,
-                     "time_limit": args.time_limit,
+                     "time_limit": args.time_limit, "half_time_limit": args.half_time_limit,
                      "graph_optimization": args.graph_optimization},
         "overhead_bytes": HOST_OVERHEAD_BYTES,
         "cases": {},
