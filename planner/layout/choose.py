@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.errors import InfeasibleError, InvalidInputError
+from planner.layout.bands import band_layout
 from planner.layout.bounds import live_bound_units
 from planner.layout.canonical import DIRECTIONS, WIDE_PORTFOLIO, canonical_portfolio
 from planner.layout.exact import ExactOptions, decide_component, minimize_component
@@ -74,10 +75,14 @@ _CANONICAL_NODES_PER_BUFFER = 60
 _CANONICAL_SHARE = 0.3
 # the first round of the wide portfolio gets this fraction of each member's moves
 _CANONICAL_ROUND = 4
-# a component with at least this share of full times (tiling.py) goes to CP-SAT with its
-# boundary constraints at once: on the tight synthetic instances (every time full) it decides
-# the glued buffers within 0.5 s where the canonical search wanders for seconds or finds nothing
+# a component with at least this share of full times (tiling.py) skips the canonical search:
+# on the tight synthetic instances (every time full) CP-SAT on the glued buffers with their
+# boundary constraints decides most within 0.5 s where the canonical search wanders for seconds
+# or finds nothing; such a component is split into bands first (bands.py: each part glued and
+# given a short CP-SAT turn, split again if undecided) for this share of its time, then CP-SAT
+# decides the whole glued component with the rest (the proof, where there is none)
 _TILED_SHARE = 0.5
+_BANDS_SHARE = 0.5
 
 
 @dataclass
@@ -143,7 +148,8 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
             quick: bool = False) -> str:
     """Bring ``comp`` under ``goal``: "FIT", "INFEASIBLE" (proven) or "UNKNOWN". The hot
     window first (window.py: real traces, whose peak is short; its proofs are a window's), then
-    the canonical search over the whole component (never a proof), then CP-SAT with the rest.
+    the canonical search over the whole component or, where most times are full, the split
+    into bands (bands.py; neither is a proof), then CP-SAT with the rest.
 
     ``quick`` (minimizing): the windows and the canonical search get part of its moves (on the
     real traces measured every window solved took at most 6 moves per buffer), and a
@@ -152,6 +158,7 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
     started = time.perf_counter()
     tiling: Tiling | None = None
     instance, members = search.instance, comp
+    method = "canonical"
     if not len(search.instance.obstacle_idx):
         window_seconds = seconds * _WINDOW_SHARE
         if quick:
@@ -183,16 +190,20 @@ def _decide(search: _Search, comp: np.ndarray, goal: int, seconds: float,
             tiling = reduce_tiling(search.instance, comp, goal)
             instance, members = (tiling.instance, tiling.members) if tiling else (search.instance,
                                                                                   comp)
-            found = None
             if tiling is None or tiling.full_share < _TILED_SHARE:
                 nodes = _CANONICAL_BASE_NODES + _CANONICAL_NODES_PER_BUFFER * len(members)
                 found = _canonical_rounds(instance, members, goal, nodes,
                                           started + canonical_seconds)
-            if found is not None and tiling is not None:
-                found = tiling.expand(found)
+                if found is not None and tiling is not None:
+                    found = tiling.expand(found)
+            else:
+                banded = band_layout(search.instance, comp, goal,
+                                     started + seconds * _BANDS_SHARE)
+                found = banded.offsets if banded else None
+                method = "bands" if banded and banded.splits else "cpsat"
         if found is not None:
             search.accept(found)
-            search.solved_by["canonical"] += 1
+            search.solved_by[method] += 1
             return "FIT"
         seconds -= time.perf_counter() - started
     result = decide_component(instance, members, upper=goal, options=search.options(seconds),

@@ -49,8 +49,8 @@ class Layout:
     ``live_bytes_bound``: the plain max-over-time live-bytes bound, see `lower_bound()`.
     ``gap``: ``(arena_size - lower_bound) / lower_bound`` (0.0 for an empty instance).
     ``method``: the algorithm whose placement was kept ("greedy_by_size", "best_fit",
-    "pyramid", ... "hot_window" (planner.layout.window), "canonical" (planner.layout.canonical)
-    or "cpsat"). ``timed_out``: the
+    "pyramid", ... "hot_window" (planner.layout.window), "canonical" (planner.layout.canonical),
+    "bands" (planner.layout.bands) or "cpsat"). ``timed_out``: the
     exact solver stopped at its time limit.
     """
 
