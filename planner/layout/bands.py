@@ -10,14 +10,17 @@ Why it pays: an instance cut out of a rectangle (the tight synthetic instances o
 bench, every step full) is, where it is one component, two such bands stacked (its first cut
 runs along the addresses), and each band falls apart into smaller components at its own cuts
 in time. Each part is glued (planner.layout.tiling) and given to CP-SAT for a short while; a
-part it does not decide is split again. CP-SAT on the whole glued component of tight-450-s1
-or -s5 finds nothing within 20 s with any of its searches; the split decides each of them
-within about a second and a half (measured, 1 worker).
+part it does not decide is split again. On the whole glued component of tight-450-s5 none of
+CP-SAT's searches found a layout (the decision portfolio's five, 5 s each; five other orders,
+20 s each), nor the portfolio's five on tight-450-s1 (5 s each); split, each is laid out within
+1.5 s (measured, 1 worker). Gluing can join two buffers of one lifetime that lie in different
+bands, and then the glued component has no band (four of the ten 450-buffer seeds at the top
+level): CP-SAT on the whole is what lays those out.
 
-A band is found by a small CP-SAT model: a 0/1 choice per buffer, the chosen sizes summing to
-the same ``c`` over every step (``c`` a multiple of the largest alignment, so the buffers above
-the band keep theirs), some but not all chosen. A split whose parts are not both laid out is
-excluded and another band is tried, a few times.
+A band is found by a small CP-SAT model (`find_band`): a 0/1 choice per buffer, the chosen
+bytes the same ``c`` at every step (``c`` a multiple of the largest alignment, so the buffers
+above the band keep theirs), some but not all chosen. A split whose parts are not both laid out
+is excluded and another band is tried, a few times.
 """
 
 from __future__ import annotations
@@ -39,62 +42,41 @@ _BAND_SECONDS = 1.0
 _BANDS_PER_PART = 3
 
 
-def step_sections(instance: LayoutInstance, members: np.ndarray) -> list[list[int]]:
-    """The buffers live at each step of ``members`` (between two consecutive lifetime ends)."""
-    lower, upper = instance.lower[members], instance.upper[members]
-    times = np.unique(np.concatenate((lower, upper)))
-    first = np.searchsorted(times, lower)
-    last = np.searchsorted(times, upper)
-    sections: list[list[int]] = [[] for _ in range(len(times) - 1)]
-    for i, a, b in zip(members.tolist(), first.tolist(), last.tolist(), strict=True):
-        for k in range(a, b):
-            sections[k].append(i)
-    return sections
+def find_band(instance: LayoutInstance, members: np.ndarray, excluded: list[set[int]],
+              seconds: float) -> tuple[list[int], int] | None:
+    """A band of the time component ``members`` other than those ``excluded``: (its buffers,
+    its height ``c``), or None (none exists, or none found within ``seconds``).
 
-
-def _band_model(instance: LayoutInstance, members: np.ndarray, excluded: list[set[int]],
-                guided: bool) -> tuple[cp_model.CpModel, dict[int, cp_model.IntVar],
-                                       cp_model.IntVar]:
+    The live bytes of the band are ``c`` at the first step and, at every later lifetime end,
+    what of the band ends there has the size of what of it starts there: the same bytes at
+    every step, each constraint over the few buffers of one time. Written as one sum per step
+    instead (dozens of buffers each), CP-SAT took up to 4 s to find a band of a glued tight
+    450-buffer instance; this way at most 0.07 s on each of the ten seeds (measured)."""
     model = cp_model.CpModel()
     chosen = {i: model.new_bool_var(f"x{i}") for i in members.tolist()}
     step = int(instance.step[members].max())
     total = int(instance.size[members].sum())
     height = model.new_int_var(1, max(1, total // step), "height")
-    for section in step_sections(instance, members):
-        model.add(sum(int(instance.size[i]) * chosen[i] for i in section) == step * height)
+    lower, upper = instance.lower[members], instance.upper[members]
+    first = members[lower == lower.min()]
+    model.add(sum(int(instance.size[i]) * chosen[i] for i in first.tolist()) == step * height)
+    for t in np.unique(lower[lower > lower.min()]).tolist():
+        ending, starting = members[upper == t], members[lower == t]
+        model.add(sum(int(instance.size[i]) * chosen[i] for i in ending.tolist())
+                  == sum(int(instance.size[i]) * chosen[i] for i in starting.tolist()))
+    for t in np.setdiff1d(upper[upper < upper.max()], lower).tolist():
+        model.add(sum(int(instance.size[i]) * chosen[i] for i in members[upper == t].tolist())
+                  == 0)
     model.add(sum(chosen.values()) >= 1)
     model.add(sum(chosen.values()) <= len(members) - 1)
     for band in excluded:
         model.add_bool_or([chosen[i] if i not in band else chosen[i].Not() for i in chosen])
-    if guided:
-        order = members[np.lexsort((-instance.size[members], instance.lower[members]))]
-        model.add_decision_strategy([chosen[i] for i in order.tolist()], cp_model.CHOOSE_FIRST,
-                                    cp_model.SELECT_MIN_VALUE)
-    return model, chosen, height
-
-
-def find_band(instance: LayoutInstance, members: np.ndarray, excluded: list[set[int]],
-              seconds: float) -> tuple[list[int], int] | None:
-    """A band of ``members`` other than those ``excluded``: (its buffers, its height ``c``).
-
-    Half the time a fixed search (buffers by start, largest first, each left out of the band
-    unless it must be in: the band found is low in time order), then CP-SAT's own: on the
-    glued tight instances of the layout bench the first finds a band within 0.25 s on all but
-    one, which the second finds within 0.9 s (measured, each alone)."""
-    step = int(instance.step[members].max())
-    for guided in (True, False):
-        model, chosen, height = _band_model(instance, members, excluded, guided)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.max_time_in_seconds = max(0.01, seconds / 2)
-        if guided:
-            solver.parameters.search_branching = cp_model.FIXED_SEARCH
-        code = solver.solve(model)
-        if code == cp_model.INFEASIBLE:
-            return None
-        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return [i for i in chosen if solver.value(chosen[i])], step * int(solver.value(height))
-    return None
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return [i for i in chosen if solver.value(chosen[i])], step * int(solver.value(height))
 
 
 @dataclass(frozen=True)
