@@ -227,6 +227,38 @@ def plan_rows(time_limit: float = 60.0, verbose: bool = True) -> list[dict]:
     return rows
 
 
+def carried_rows(previous: dict, rows: Sequence[dict], kinds: set[str] | None,
+                 plans_run: bool) -> tuple[list[dict], list[dict]]:
+    """Rows of the previous results (``previous``: results.json as written) whose inputs this
+    checkout lacks, marked ``carried``: real traces whose CSV is gone (the large ones are
+    written under bench/models/, which is not committed) and, when no model was planned, the
+    plans of the bench-scale models. Kept rather than dropped from the committed results; the
+    tables say which figures are from an earlier run."""
+    ran = {r["name"] for r in rows}
+    here = {f"trace-{name}" for name, _ in available_traces()}
+    traces = []
+    if kinds is None or "trace" in kinds:
+        traces = [{**r, "carried": True} for r in previous.get("results", [])
+                  if r["kind"] == "trace" and r["name"] not in ran and r["name"] not in here]
+    plans = [] if plans_run else [{**p, "carried": True} for p in previous.get("plans", [])]
+    return traces, plans
+
+
+def with_carried(rows: Sequence[dict], carried: Sequence[dict]) -> list[dict]:
+    """``rows`` with the carried trace rows among the traces, by number of buffers."""
+    traces = sorted([r for r in rows if r["kind"] == "trace"] + list(carried),
+                    key=lambda r: (r["buffers"], r["name"]))
+    first = next((k for k, r in enumerate(rows) if r["kind"] == "trace"), None)
+    if first is None:
+        first = sum(r["kind"] == "fixture" for r in rows)
+    rest = [r for r in rows if r["kind"] != "trace"]
+    return rest[:first] + traces + rest[first:]
+
+
+def _name_cell(r: dict) -> str:
+    return f"{r['name']} (earlier run)" if r.get("carried") else r["name"]
+
+
 def _bound_cell(r: dict) -> str:
     if r["at_bound"]:
         return "at LB"
@@ -244,7 +276,7 @@ def markdown_table(rows: Sequence[dict]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r['name']} | {r['buffers']} | {r['alignment']} | {r['lower_bound']} "
+            f"| {_name_cell(r)} | {r['buffers']} | {r['alignment']} | {r['lower_bound']} "
             f"| {r['greedy_ratio']:.6f} | {r['heuristics_ratio']:.6f} ({r['best_heuristic']}) "
             f"| {_bound_cell(r)} | {r['plan_status']}"
             f"{' (time limit)' if r['plan_timed_out'] else ''} | {r['plan_method']} "
@@ -266,9 +298,12 @@ def summary(rows: Sequence[dict]) -> str:
         met = [r for r in group if r["at_bound"] and r["plan_seconds"] <= seconds]
         what = "fixture plans" if kind == "fixture" else (
             "real traces <= 5,000 buffers" if limit == 5000 else "real traces 5,001-15,000")
+        carried = sum(bool(r.get("carried")) for r in group)
+        note = f" ({carried} from an earlier run: input not in this checkout)" if carried else ""
         out.append(f"- {what}: {len(met)} of {len(group)} at the bound within {seconds:g} s; "
                    f"{sum(r['at_bound'] for r in group)} at the bound at all, "
-                   f"{sum(r['bound_proven_unreachable'] for r in group)} proven unreachable.")
+                   f"{sum(r['bound_proven_unreachable'] for r in group)} proven unreachable"
+                   f"{note}.")
     remat = [r for r in rows if r["kind"] == "remat"]
     if remat:
         fast = [r for r in remat if r["plan_seconds"] <= PLAN_LAYOUT_TARGET_S]
@@ -294,7 +329,8 @@ def plans_table(rows: Sequence[dict]) -> str:
              "| arena/LB | plan s | load |", "|---|---:|---:|---:|---|---:|---:|---:|"]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['buffers']} | {r['storages']} | {r['layout_seconds']:.2f} "
+            f"| {r['model']}{' (earlier run)' if r.get('carried') else ''} | {r['buffers']} "
+            f"| {r['storages']} | {r['layout_seconds']:.2f} "
             f"| {r['layout_method']} | {r['arena_bytes'] / r['live_bytes_bound']:.6f} "
             f"| {r['plan_seconds']:.1f} | {r['load_average']:.1f} |")
     return "\n".join(lines) + "\n"
@@ -322,9 +358,12 @@ def write_results(rows: Sequence[dict], plans: Sequence[dict], settings: dict,
     )
     text = header + summary(rows) + "\n" + markdown_table(rows)
     if plans:
+        earlier = (" Rows marked (earlier run) are kept from the previous results: the "
+                   "bench-scale models were not planned in this run (--no-plans, or none in "
+                   "bench/models/)." if any(p.get("carried") for p in plans) else "")
         text += ("\nLayout seconds of `plan_graph` keep-everything plans of the bench-scale "
                  f"models (time limit {settings['plan_time_limit']:g} s, the layout's share "
-                 "from planner.time_budget):\n\n" + plans_table(plans))
+                 f"from planner.time_budget):{earlier}\n\n" + plans_table(plans))
     (out_dir / "results.md").write_text(text)
 
 
@@ -361,6 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         instances = [inst for inst in instances if inst.kind in kinds]
     rows = run_bench(instances, time_limit=args.time_limit, workers=args.workers, seed=args.seed)
     plans = [] if args.quick or args.no_plans else plan_rows(args.plan_time_limit)
+    results = args.out_dir / "results.json"
+    if not args.quick and results.exists():
+        traces, earlier = carried_rows(json.loads(results.read_text()), rows, kinds,
+                                       bool(plans))
+        rows, plans = with_carried(rows, traces), plans or earlier
     settings = {
         "time_limit": args.time_limit, "workers": args.workers, "seed": args.seed,
         "plan_time_limit": args.plan_time_limit,
