@@ -228,20 +228,22 @@ def plan_rows(time_limit: float = 60.0, verbose: bool = True) -> list[dict]:
 
 
 def carried_rows(previous: dict, rows: Sequence[dict], kinds: set[str] | None,
-                 plans_run: bool) -> tuple[list[dict], list[dict]]:
-    """Rows of the previous results (``previous``: results.json as written) whose inputs this
-    checkout lacks, marked ``carried``: real traces whose CSV is gone (the large ones are
-    written under bench/models/, which is not committed) and, when no model was planned, the
-    plans of the bench-scale models. Kept rather than dropped from the committed results; the
-    tables say which figures are from an earlier run."""
+                 plans: Sequence[dict]) -> tuple[list[dict], list[dict]]:
+    """Rows of the previous results (``previous``: results.json as written) not measured in
+    this run, marked ``carried``: real traces whose CSV this checkout lacks (the large ones
+    are written under bench/models/, which is not committed), and the plans of bench-scale
+    models not planned (--no-plans, or the model is not in bench/models/). Kept rather than
+    dropped from the committed results; the tables say which figures are from an earlier run."""
     ran = {r["name"] for r in rows}
     here = {f"trace-{name}" for name, _ in available_traces()}
     traces = []
     if kinds is None or "trace" in kinds:
         traces = [{**r, "carried": True} for r in previous.get("results", [])
                   if r["kind"] == "trace" and r["name"] not in ran and r["name"] not in here]
-    plans = [] if plans_run else [{**p, "carried": True} for p in previous.get("plans", [])]
-    return traces, plans
+    planned = {p["model"] for p in plans}
+    earlier = [{**p, "carried": True} for p in previous.get("plans", [])
+               if p["model"] not in planned]
+    return traces, sorted([*plans, *earlier], key=lambda p: p["model"])
 
 
 def with_carried(rows: Sequence[dict], carried: Sequence[dict]) -> list[dict]:
@@ -358,12 +360,12 @@ def write_results(rows: Sequence[dict], plans: Sequence[dict], settings: dict,
     )
     text = header + summary(rows) + "\n" + markdown_table(rows)
     if plans:
-        earlier = (" Rows marked (earlier run) are kept from the previous results: the "
-                   "bench-scale models were not planned in this run (--no-plans, or none in "
-                   "bench/models/)." if any(p.get("carried") for p in plans) else "")
+        earlier = ("; rows marked (earlier run) are kept from the previous results, those "
+                   "models were not planned in this run (--no-plans, or not in bench/models/)"
+                   if any(p.get("carried") for p in plans) else "")
         text += ("\nLayout seconds of `plan_graph` keep-everything plans of the bench-scale "
                  f"models (time limit {settings['plan_time_limit']:g} s, the layout's share "
-                 f"from planner.time_budget):{earlier}\n\n" + plans_table(plans))
+                 f"from planner.time_budget){earlier}:\n\n" + plans_table(plans))
     (out_dir / "results.md").write_text(text)
 
 
@@ -402,9 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plans = [] if args.quick or args.no_plans else plan_rows(args.plan_time_limit)
     results = args.out_dir / "results.json"
     if not args.quick and results.exists():
-        traces, earlier = carried_rows(json.loads(results.read_text()), rows, kinds,
-                                       bool(plans))
-        rows, plans = with_carried(rows, traces), plans or earlier
+        traces, plans = carried_rows(json.loads(results.read_text()), rows, kinds, plans)
+        rows = with_carried(rows, traces)
     settings = {
         "time_limit": args.time_limit, "workers": args.workers, "seed": args.seed,
         "plan_time_limit": args.plan_time_limit,
