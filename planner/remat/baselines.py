@@ -26,7 +26,7 @@ from planner.ir.graph import Graph
 from planner.memory.schedule import Schedule, sequential_schedule
 from planner.memory.simulate import ScheduleStats, simulate
 from planner.profile.costs import CostTable
-from planner.remat.chain_dp import chain_schedule, find_chain, solve_chain
+from planner.remat.chain_dp import chain_fits, chain_schedule, find_chain, solve_chain
 from planner.remat.heuristics import replay
 from planner.remat.lp_rounding import lp_rounding
 from planner.remat.policies import ExecutionResult, execute, sqrt_checkpoints
@@ -96,6 +96,10 @@ def chain_dp(graph: Graph, budget_bytes: Mapping[str, int], costs: CostTable,
     if chain is None:
         return BaselineResult("chain-dp", None, None, 0.0, "not a chain")
     budget = budget_bytes[device] // memory_unit
+    if not chain_fits(len(chain.ab) - 1, budget - chain.bf[0]):
+        return BaselineResult("chain-dp", None, None, time.perf_counter() - started,
+                              f"a chain of {len(chain.ab) - 1} layers in {budget} units is "
+                              "past the DP's limits (planner.remat.chain_dp.chain_fits)")
     solution = solve_chain(chain.af, chain.ab, chain.bf, chain.bb, budget)
     if solution is None:
         return BaselineResult("chain-dp", None, None, time.perf_counter() - started,

@@ -23,11 +23,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from planner.ir.graph import Graph, Region
 from planner.memory.schedule import Compute, Event, Schedule, free_after_last_read, home_on
 from planner.profile.costs import CostTable
 
-LEAF, QUAD = -1, -2
+LEAF, QUAD, NONE = -1, -2, -3
+UNSET = -1  # a peak of no schedule
 
 
 @dataclass(frozen=True)
@@ -99,62 +102,85 @@ def find_chain(graph: Graph, costs: CostTable, device: str = "cpu",
 class ChainSolution:
     cost: float  # total compute (forwards at least once, every backward once)
     peak: int  # units, including f_0
-    policy: dict[tuple[int, int, int], int]  # (i, j, m) -> k | LEAF | QUAD
+    policy: np.ndarray  # [i, j, m] -> k | LEAF | QUAD (NONE: (i, j, m) has no schedule)
+
+
+# The largest DP solve_chain runs: cells of its tables ((N + 2)^2 * (budget + 1); three arrays of
+# 8 B each) and elements its vector steps touch (cells * (N + 2) / 3; about 0.3 s on one core
+# at this limit, a 50-layer chain at 80% of its peak takes 0.1 s).
+MAX_CELLS = 4_000_000
+MAX_WORK = 30_000_000
+
+
+def chain_fits(n: int, budget: int) -> bool:
+    """Whether solve_chain takes `n` layers in `budget` units (MAX_CELLS and MAX_WORK)."""
+    cells = (n + 2) ** 2 * (max(budget, 0) + 1)
+    return cells <= MAX_CELLS and cells * (n + 2) // 3 <= MAX_WORK
 
 
 def solve_chain(af: Sequence[float], ab: Sequence[float], bf: Sequence[int],
                 bb: Sequence[int], budget: int) -> ChainSolution | None:
-    """The DP of REFERENCES.md for a chain of N = len(ab) - 1 layers in `budget` units."""
+    """The DP of REFERENCES.md for a chain of N = len(ab) - 1 layers in `budget` units.
+
+    Every memory size m is solved at once (numpy arrays over m = 0..budget - bf[0] and the
+    splits k): the recurrence for (i, j, m) reads (k > i, j, m' <= m) and (i, k < j, m), so i
+    descending and j ascending with k and m inside visit them in an order the pseudo-code's
+    m-outer loops agree with; its results are the same (_split). Raises ValueError past
+    chain_fits."""
     n = len(ab) - 1
     top = budget - bf[0]
     if top < 0:
         return None
-    size = n + 2
-    B: list[list[list[int | None]]] = [[[None] * (top + 1) for _ in range(size)]
-                                        for _ in range(size)]
-    C = [[[math.inf] * (top + 1) for _ in range(size)] for _ in range(size)]
-    D: list[list[list[int | None]]] = [[[None] * (top + 1) for _ in range(size)]
-                                        for _ in range(size)]
-    for m in range(top + 1):
-        for i in range(n, -1, -1):
-            b = bb[i] + bb[i + 1]
-            if b > m:
-                continue  # (i, j >= i + 1, m) fail
-            B[i][i + 1][m], C[i][i + 1][m], D[i][i + 1][m] = b, ab[i], LEAF
-            fcq, cq, fpq, pq = 0.0, ab[i], 0, b
-            for j in range(i + 2, n + 2):
-                fcq += af[j - 1]
-                cq += fcq + ab[j - 1]
-                fpq = max(fpq, (0 if j - 2 == i else bf[j - 2]) + bf[j - 1])
-                pq = max(pq, bb[j] + fpq, bf[j - 1] + bb[j] + bb[j - 1])
-                fck, fpk, best = 0.0, 0, math.inf
-                for k in range(i + 1, j):
-                    fck += af[k]
-                    fpk = max(fpk, (0 if k - 1 == i else bf[k - 1]) + bf[k])
-                    if bb[j] + fpk > m:
-                        break
-                    rest = m - bf[k]
-                    if rest < 0:
-                        continue
-                    peak_right, peak_left = B[k][j][rest], B[i][k][m]
-                    if peak_right is None or peak_left is None:
-                        continue
-                    c = fck + C[k][j][rest] + C[i][k][m]
-                    if c < best:
-                        best = c
-                        B[i][j][m] = max(bb[j] + fpk, bf[k] + peak_right, peak_left)
-                        C[i][j][m], D[i][j][m] = c, k
-                if best == math.inf and pq <= m:
-                    B[i][j][m], C[i][j][m], D[i][j][m] = pq, cq, QUAD
-                # REFERENCES.md's pseudo-code marks every (i, j' >= j, m) failed here and stops
-                # the j loop; with uneven sizes that is wrong ((i, j + 1) may hold a smaller
-                # b_(j+1) where (i, j) holds b_j during its forwards), so we go on.
-    peak = B[0][n + 1][top]
-    if peak is None:
+    if not chain_fits(n, top):
+        raise ValueError(f"a chain of {n} layers in {budget} units is past the DP's limits")
+    size, width = n + 2, top + 1
+    m = np.arange(width)
+    bf_units = np.asarray(bf, dtype=np.int64)
+    B = np.full((size, size, width), UNSET, dtype=np.int64)  # peaks; UNSET: no schedule
+    C = np.full((size, size, width), math.inf)
+    D = np.full((size, size, width), NONE, dtype=np.int64)
+    for i in range(n, -1, -1):
+        b = bb[i] + bb[i + 1]
+        fits = m >= b  # below b nothing of (i, j >= i + 1) exists
+        B[i, i + 1, fits], C[i, i + 1, fits], D[i, i + 1, fits] = b, ab[i], LEAF
+        fcq, cq, fpq, pq = 0.0, ab[i], 0, b
+        for j in range(i + 2, n + 2):
+            fcq += af[j - 1]
+            cq += fcq + ab[j - 1]
+            fpq = max(fpq, (0 if j - 2 == i else bf[j - 2]) + bf[j - 1])
+            pq = max(pq, bb[j] + fpq, bf[j - 1] + bb[j] + bb[j - 1])
+            _split(B, C, D, af, bf_units, bb, i, j, b, m)
+            quad = fits & (C[i, j] == math.inf) & (m >= pq)
+            B[i, j, quad], C[i, j, quad], D[i, j, quad] = pq, cq, QUAD
+            # REFERENCES.md's pseudo-code marks every (i, j' >= j, m) failed where (i, j, m)
+            # fails and stops the j loop; with uneven sizes that is wrong ((i, j + 1) may hold a
+            # smaller b_(j+1) where (i, j) holds b_j during its forwards), so we go on.
+    peak = int(B[0, n + 1, top])
+    if peak == UNSET:
         return None
-    policy = {(i, j, m): action for i in range(size) for j in range(size)
-              for m in range(top + 1) if (action := D[i][j][m]) is not None}
-    return ChainSolution(C[0][n + 1][top], peak + bf[0], policy)
+    return ChainSolution(float(C[0, n + 1, top]), peak + bf[0], D)
+
+
+def _split(B: np.ndarray, C: np.ndarray, D: np.ndarray, af: Sequence[float],
+           bf: np.ndarray, bb: Sequence[int], i: int, j: int, b: int, m: np.ndarray) -> None:
+    """(i, j, every m) by its best split k, all k at once: a k serves m when m holds b_j and
+    the forwards' largest pair up to k (fpk, which only grows with k), f_k, and b; the first k
+    of least cost wins, as in the pseudo-code's k loop (fck summed in the same order)."""
+    ks = np.arange(i + 1, j)
+    pairs = bf[ks] + np.where(ks - 1 == i, 0, bf[ks - 1])
+    fpk = np.maximum.accumulate(pairs)
+    low = np.maximum(np.maximum(bb[j] + fpk, bf[ks]), b)
+    rest = np.maximum(m[None, :] - bf[ks][:, None], 0)
+    right, left = B[ks[:, None], j, rest], B[i, ks, :]
+    usable = (m[None, :] >= low[:, None]) & (right != UNSET) & (left != UNSET)
+    fck = np.cumsum(np.asarray(af, dtype=np.float64)[ks])
+    cost = np.where(usable, fck[:, None] + C[ks[:, None], j, rest] + C[i, ks, :], math.inf)
+    first = np.argmin(cost, axis=0)
+    best = cost[first, m]
+    found = best < math.inf
+    at, k = m[found], first[found]
+    C[i, j, at], D[i, j, at] = best[found], ks[k]
+    B[i, j, at] = np.maximum(np.maximum(bb[j] + fpk[k], bf[ks[k]] + right[k, at]), left[k, at])
 
 
 def chain_schedule(graph: Graph, chain: Chain, solution: ChainSolution, budget: int,
@@ -173,7 +199,7 @@ def chain_schedule(graph: Graph, chain: Chain, solution: ChainSolution, budget: 
             compute(chain.forward_ops[layer - 1])
 
     def run(i: int, j: int, m: int) -> None:
-        action = solution.policy[(i, j, m)]
+        action = int(solution.policy[i, j, m])
         if j == i + 1 or action == LEAF:
             compute(chain.backward_ops[i])
         elif action == QUAD:

@@ -25,6 +25,7 @@ from planner.memory.schedule import Schedule
 from planner.memory.simulate import ScheduleStats, simulate
 from planner.order.just_in_time import deferred
 from planner.profile.costs import CostTable
+from planner.remat import baselines
 from planner.remat.bounds import CrossingBound, crossing_bound
 from planner.remat.configure import base_reductions, configure, home_device
 from planner.remat.decision import Decision, evaluate
@@ -207,6 +208,8 @@ def plan_remat(
             smallest = small2 if smallest is None else min(smallest, small2)
     if evictions.smallest_peak is not None:
         smallest = min(evictions.smallest_peak, smallest or evictions.smallest_peak)
+    if single:
+        candidates += _chain_candidate(graph, budget_bytes, costs, memory_unit)
     candidates = sorted(candidates + evicted, key=lambda c: c.seconds)
     lp_left = started + shares.lp_rounding * time_limit - time.perf_counter()
     if use_solver and single and lp_left > 0:
@@ -245,6 +248,18 @@ def plan_remat(
     proven = solution is not None and solution.status == "INFEASIBLE" and exact and at_budgets
     return _result(candidates, lower, proven, model, costs, problem.home, smallest,
                    notes, started)
+
+
+def _chain_candidate(graph: Graph, budget_bytes: Mapping[str, int], costs: CostTable,
+                     memory_unit: int) -> list[Candidate]:
+    """The chain DP's schedule where the graph is a chain (planner.remat.chain_dp: exact over
+    the schedules that keep each checkpoint until its backward, which on chains the stage
+    heuristics and eviction often miss by a few percent: bench/remat/small.md) small enough
+    for the DP (chain_dp.chain_fits: at most about 0.3 s); nothing otherwise."""
+    found = baselines.chain_dp(graph, budget_bytes, costs, memory_unit)
+    if found.schedule is None or found.stats is None or not found.stats.fits(dict(budget_bytes)):
+        return []
+    return [Candidate("chain-dp", None, None, found.schedule, found.stats)]
 
 
 def _result(candidates: Sequence[Candidate], lower: tuple[float, str],
