@@ -5,7 +5,10 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
+
 from planner.layout import Buffer
+from planner.layout.instance import LayoutInstance
 
 
 def random_buffers(rng: random.Random, n: int, *, horizon: int = 6, max_units: int = 4,
@@ -78,3 +81,18 @@ def tight_buffers(n: int, seed: int, *, capacity_units: int = 64, horizon: int =
     optimum arena is exactly ``capacity_units * unit`` (guillotine cuts, then shuffled)."""
     rects = tight_rects(n, seed, capacity_units=capacity_units, horizon=horizon)
     return [Buffer(f"r{i}", t0, t1, (a1 - a0) * unit) for i, (t0, t1, a0, a1) in enumerate(rects)]
+
+
+def unit_instance(rows: list[tuple[int, int, int]], steps: list[int] | None = None,
+                  ) -> LayoutInstance:
+    """A LayoutInstance of free buffers given as (lower, upper, size) rows, 1-byte units, no
+    zone (alignment steps: 1 unless given)."""
+    n = len(rows)
+    return LayoutInstance(
+        ids=tuple(f"b{i}" for i in range(n)),
+        lower=np.array([r[0] for r in rows]), upper=np.array([r[1] for r in rows]),
+        size=np.array([r[2] for r in rows]),
+        step=np.array(steps if steps is not None else [1] * n),
+        fixed=np.zeros(n, dtype=bool), fixed_off=np.full(n, -1), in_zone=np.zeros(n, dtype=bool),
+        zone_top=0, unit=1,
+    )

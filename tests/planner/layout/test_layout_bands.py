@@ -23,24 +23,10 @@ import pytest
 from bench.layout.generators import tight_instance
 from planner.layout import Buffer, bands, check_layout, plan_layout
 from planner.layout.bands import band_layout, find_band
-from planner.layout.instance import LayoutInstance, build_instance
+from planner.layout.instance import build_instance
 from planner.layout.intervals import live_profile
 from planner.layout.reductions import stack_always_live
-from tests.support.layout import tight_buffers
-
-
-def _instance(rows: list[tuple[int, int, int]], steps: list[int] | None = None,
-              ) -> LayoutInstance:
-    n = len(rows)
-    return LayoutInstance(
-        ids=tuple(f"b{i}" for i in range(n)),
-        lower=np.array([r[0] for r in rows]), upper=np.array([r[1] for r in rows]),
-        size=np.array([r[2] for r in rows]),
-        step=np.array(steps if steps is not None else [1] * n),
-        fixed=np.zeros(n, dtype=bool), fixed_off=np.full(n, -1), in_zone=np.zeros(n, dtype=bool),
-        zone_top=0, unit=1,
-    )
-
+from tests.support.layout import tight_buffers, unit_instance
 
 # (lower, upper, size): a 3 x 3 pinwheel; arms [0, 2) x [0, 1), [0, 1) x [1, 3),
 # [1, 3) x [2, 3), [2, 3) x [0, 2) around the centre [1, 2) x [1, 2)
@@ -50,7 +36,7 @@ PINWHEEL = [(0, 2, 1), (0, 1, 2), (1, 3, 1), (2, 3, 2), (1, 2, 1)]
 def test_a_band_has_the_same_live_bytes_at_every_step() -> None:
     # two stacked strips over [0, 4): 3 + 1 (cut at 2) and 2 + 2 (cut at 1), capacity 8
     rows = [(0, 2, 3), (2, 4, 3), (0, 4, 1), (0, 1, 2), (1, 4, 2), (0, 4, 2)]
-    instance = _instance(rows)
+    instance = unit_instance(rows)
     members = np.arange(len(rows))
     band = find_band(instance, members, [], 5.0)
     assert band is not None
@@ -65,14 +51,14 @@ def test_a_band_has_the_same_live_bytes_at_every_step() -> None:
 def test_no_band_whose_height_would_misalign_the_buffers_above() -> None:
     # one lifetime: {size 1, alignment 1} alone is a band of height 1, which would leave the
     # size-2 buffer (alignment 2) at offset 1 above it; only the size-2 buffer is a band
-    instance = _instance([(0, 2, 1), (0, 2, 2)], steps=[1, 2])
+    instance = unit_instance([(0, 2, 1), (0, 2, 2)], steps=[1, 2])
     members = np.arange(2)
     assert find_band(instance, members, [], 5.0) == ([1], 2)
     assert find_band(instance, members, [{1}], 5.0) is None
 
 
 def test_a_pinwheel_has_no_band_and_cp_sat_lays_it_out() -> None:
-    instance = _instance(PINWHEEL)
+    instance = unit_instance(PINWHEEL)
     assert find_band(instance, np.arange(5), [], 5.0) is None
     buffers = [Buffer(f"p{i}", lo, up, size * 64) for i, (lo, up, size) in enumerate(PINWHEEL)]
     layout = plan_layout(buffers, time_limit=10)

@@ -19,11 +19,11 @@ import pytest
 from bench.layout.generators import tight_instance
 from planner.layout import Buffer, check_layout, exact
 from planner.layout.exact import ExactOptions, decide_component
-from planner.layout.instance import LayoutInstance, build_instance
+from planner.layout.instance import build_instance
 from planner.layout.intervals import time_components
 from planner.layout.reductions import stack_always_live
 from planner.layout.tiling import one_interval, reduce_tiling
-from tests.support.layout import brute_force_arena, random_buffers, tight_buffers
+from tests.support.layout import brute_force_arena, random_buffers, tight_buffers, unit_instance
 
 
 def _decide_glued(buffers: list[Buffer], capacity: int,
@@ -87,29 +87,17 @@ def test_gluing_keeps_the_brute_force_optimum(seed: int) -> None:
     assert _decide_glued(buffers, optimum - 64) is None
 
 
-def _instance(rows: list[tuple[int, int, int]], steps: list[int] | None = None,
-              ) -> LayoutInstance:
-    n = len(rows)
-    return LayoutInstance(
-        ids=tuple(f"b{i}" for i in range(n)),
-        lower=np.array([r[0] for r in rows]), upper=np.array([r[1] for r in rows]),
-        size=np.array([r[2] for r in rows]),
-        step=np.array(steps if steps is not None else [1] * n),
-        fixed=np.zeros(n, dtype=bool), fixed_off=np.full(n, -1), in_zone=np.zeros(n, dtype=bool),
-        zone_top=0, unit=1,
-    )
-
 
 def test_a_time_cut_and_a_stack_of_one_lifetime_are_glued() -> None:
     # capacity 10 over [0, 4): A over [0, 2) and B over [2, 4), 6 each (one ends and one
     # starts at 2: glued), beside C over [0, 4), 4
     rows = [(0, 2, 6), (2, 4, 6), (0, 4, 4)]
-    tiling = reduce_tiling(_instance(rows), np.arange(3), 10)
+    tiling = reduce_tiling(unit_instance(rows), np.arange(3), 10)
     assert tiling is not None
     assert sorted(tiling.parts) == [((0, 0), (1, 0)), ((2, 0),)]
     # two pieces of one lifetime end at 3 where one starts: one block of their total size
     rows = [(0, 3, 2), (0, 3, 3), (3, 5, 5), (0, 5, 5)]
-    tiling = reduce_tiling(_instance(rows), np.arange(4), 10)
+    tiling = reduce_tiling(unit_instance(rows), np.arange(4), 10)
     assert tiling is not None
     assert sorted(len(p) for p in tiling.parts) == [1, 3]  # the stack, then the time cut
     glued = next(p for p in tiling.parts if len(p) == 3)
@@ -121,14 +109,14 @@ def test_no_stack_where_the_order_would_decide_the_alignment() -> None:
     # sizes 2 and 3 with alignments 2 and 1: stacked 2 then 3 keeps both aligned, 3 then 2
     # does not, so the stack is not one block of any order
     rows = [(0, 3, 2), (0, 3, 3), (3, 5, 5), (0, 5, 5)]
-    tiling = reduce_tiling(_instance(rows, steps=[2, 1, 1, 1]), np.arange(4), 10)
+    tiling = reduce_tiling(unit_instance(rows, steps=[2, 1, 1, 1]), np.arange(4), 10)
     assert tiling is not None
     assert len(tiling.members) == 4
     assert [b.contiguous for b in tiling.boundaries] == [True]
 
 
 def test_nothing_full_means_no_tiling() -> None:
-    assert reduce_tiling(_instance([(0, 2, 3), (2, 4, 3)]), np.arange(2), 10) is None
+    assert reduce_tiling(unit_instance([(0, 2, 3), (2, 4, 3)]), np.arange(2), 10) is None
 
 
 def test_one_interval() -> None:
