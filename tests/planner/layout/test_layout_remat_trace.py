@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from planner.layout import check_layout, heuristic_layout, plan_layout
+import pytest
+
+from planner.layout import check_layout, choose, heuristic_layout, plan_layout
 from planner.layout.bounds import live_bound_units
 from planner.layout.canonical import canonical_layout
 from planner.layout.csv_io import read_buffers_csv
@@ -57,9 +59,13 @@ def test_canonical_search_crosses_steps_that_start_nothing_in_one_move() -> None
     assert max(found[i] + int(instance.size[i]) for i in found) <= live * 3 // 2
 
 
-def test_plan_layout_approaches_the_bound_by_the_hot_window() -> None:
+def test_plan_layout_approaches_the_bound_by_the_hot_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The heuristics leave the best schedule's trace 0.68% above the live bytes; windows of a
-    layout within 0.41% go through."""
+    layout within 0.41% go through. The windowed component's seconds (a fixed 1.6 s, measured
+    on a faster host) are raised here: on a host that runs plain Python about 2x slower the
+    approach took 2 s alone and, later in the whole suite, left the heuristics' layout."""
+    monkeypatch.setattr(choose, "_WINDOWED_SECONDS", 4.0)
     buffers = read_buffers_csv(BEST)
     assert heuristic_layout(buffers, alignment=64).gap > 0.006
     layout = plan_layout(buffers, alignment=64, time_limit=6.0)
