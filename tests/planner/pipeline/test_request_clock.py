@@ -13,9 +13,11 @@ from tests.support.fixture_zoo import model_path
 def test_a_cold_profile_takes_its_share_of_the_request_clock(tmp_path, monkeypatch):
     """The per-op profile was given no limit: a cold MobileNetV2 profile took 11 s of a 10 s
     request. Now it gets its share of what is left (planner.time_budget: TimeBudget.profile);
-    ops it has no time for get labelled estimates, and the request keeps its limit."""
+    ops it has no time for get labelled estimates, and the request keeps its limit. At 5 s: at
+    2.5 s, on a host running plain Python about 2x slower, the one solve the clock left had no
+    room for a layout retry and was refused for fragmentation (27 KB over)."""
     monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path / "cold"))
-    limit = 2.5
+    limit = 5.0
     request = PlanRequest(budgets={"cpu": int(2.6 * 2**20)}, time_limit_s=limit)
     started = time.perf_counter()
     costed = plan_model_costed(model_path("resnet18_narrow"), request)
