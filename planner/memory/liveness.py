@@ -84,7 +84,8 @@ def order_lower_bound(graph: Graph) -> int:
     Constants and state are live throughout. On top of that: every op needs its other inputs
     and outputs at once; all other graph inputs are live at step 0; all graph outputs that are
     not in-place state updates are live at the last step. Bytes are counted per storage: a view
-    adds nothing to its source, and an output that may be written over one of its op's inputs
+    adds nothing to its source, a value of a state's update chain nothing at all (it may sit in
+    the state's storage), and an output that may be written over one of its op's inputs
     (planner.memory.sharing) adds nothing to that op's footprint.
     """
     bound = _LOWER_BOUNDS.get(graph)
@@ -104,7 +105,7 @@ def _op_footprint_bound(graph: Graph) -> int:
     size = [t.nbytes for t in graph.tensors]
     baseline = sum(size[t] for t in always)
     protected = {t for t in graph.inputs if t not in sharing.persistent}
-    uncounted = always | set(sharing.in_place)
+    uncounted = always | sharing.in_state
     root = {view: sharing.view_root(view) for view in sharing.view_source}
 
     def transient_bytes(ids: Iterable[int]) -> int:

@@ -65,6 +65,12 @@ def sequential_schedule(graph: Graph, order: Sequence[int], device: str) -> Sche
     return Schedule(events=tuple(free_after_last_read(graph, computes, home)), home=home)
 
 
+def first_computations(schedule: Schedule) -> list[int]:
+    """The ops in the order of their first computation: the order `schedule` ran in (a bound
+    taken for one order holds for the schedules of that order only)."""
+    return list(dict.fromkeys(e.op for e in schedule.events if isinstance(e, Compute)))
+
+
 def free_after_last_read(graph: Graph, events: Sequence[Event], home: dict[int, str]
                          ) -> list[Event]:
     """`events` (computes and copies) with a Free right after each materialization's last read,

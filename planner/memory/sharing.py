@@ -62,6 +62,10 @@ class Sharing:
     in_place: dict[int, int]  # updated output -> its state, where the whole chain may run in
     # place (whether it does depends on the order: planner.memory.replay)
     edges: dict[int, list[int]]  # reader op -> [chain op]: read the old value first
+    # Every value of every update chain: each may sit in its state's storage, so a lower bound
+    # must count none of them (a momentum chain's `mu * v` made early and held until the
+    # gradient comes costs no bytes when written over `v`).
+    in_state: frozenset[int]
 
     def view_root(self, tensor: int) -> int:
         """The tensor that owns the bytes a chain of views reads (itself when not a view)."""
@@ -148,7 +152,8 @@ def _analyze(graph: Graph) -> Sharing:
         for r, w in pairs:
             edges.setdefault(r, []).append(w)
     return Sharing(persistent=persistent, view_source=view_source, candidates=candidates,
-                   update_chains=chains, in_place=in_place, edges=edges)
+                   update_chains=chains, in_place=in_place, edges=edges,
+                   in_state=frozenset().union(*chains.values()))
 
 
 def _storage_readers(graph: Graph, views_of: dict[int, list[int]], tensor: int) -> set[int]:

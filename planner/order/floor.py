@@ -106,8 +106,7 @@ class _Cuts:
         # Every storage takes at least a byte, as in the memory model (the arena gives every
         # buffer an address).
         self.persistent = sum(max(tensors[t].nbytes, 1) for t in persistent)
-        in_state = persistent | set(sharing.in_place) | {
-            t for chain in sharing.update_chains.values() for t in chain}
+        in_state = persistent | sharing.in_state
         n = len(graph.ops)
         self.n = n
         self.source, self.sink = n, n + 1

@@ -152,7 +152,7 @@ def graph_problem(graph: Graph, control_edges: dict[int, list[int]] | None, time
     constant = 0
     tensors = []
     persistent = persistent_tensors(graph)
-    in_state = set().union(*updates.update_chains.values())
+    in_state = updates.in_state
     relaxed = time_model == "sequential"  # its bound must hold; the levels model over-counts
     protected = persistent | {t for t in graph.inputs if t not in updates.persistent}
     readers = {t.id: set(t.consumers) for t in graph.tensors}

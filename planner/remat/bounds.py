@@ -15,7 +15,10 @@ dropped at all (values that cannot be made again: data inputs, random ops) prove
 infeasible for the order.
 
 Storage is counted as the memory model counts it (planner.memory.sharing): a view adds nothing
-to its source, so values are grouped by view root; two values crossing the same step never share
+to its source, so values are grouped by view root; a value of a state's update chain adds
+nothing (it may sit in the state's storage: the momentum chain's `mu * v`, made early and held
+until the gradient comes, counted as its own bytes put this bound above the keep-everything
+schedule's time at that schedule's own peak); two values crossing the same step never share
 bytes in place (writing over a value needs it dead). A producer with several roots among its
 outputs has its time split between them, so that dropping all of them is never charged more than
 one run. Sizes are rounded up to the arena's alignment, as the replayed peaks are.
@@ -51,7 +54,7 @@ def crossing_bound(graph: Graph, order: Sequence[int], device: str, budget: int,
     """See the module doc; `costs` on `device`, the one device every op runs on."""
     once = sum(c[device] for c in costs.op_seconds)
     sharing = state_updates(graph)
-    always = persistent_tensors(graph) | set(sharing.in_place)
+    always = persistent_tensors(graph) | sharing.in_state
     position = {op: k for k, op in enumerate(order)}
     end = len(order)
 
