@@ -27,11 +27,11 @@ FINISH_S_PER_OP = 60e-6
 
 # Layout time limits: the keep-everything arena when remat is certainly needed anyway, and when
 # the budget leaves room above its live bytes, a remat schedule's arenas, a runner-up
-# schedule's arenas and the infeasibility probe's arena.
+# schedule's arenas; the most the smallest plan (the last resort before a refusal) takes.
 QUICK_LAYOUT_S = 5.0
 ROOMY_LAYOUT_S = 2.0
 REMAT_LAYOUT_S = 10.0
-PROBE_S = 5.0
+SMALLEST_PLAN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,8 @@ class TimeBudget:
 
     def runner_up_layout(self) -> float:
         return min(self.left(), QUICK_LAYOUT_S)
+
+    def smallest_plan(self) -> float:
+        """The last resort when no schedule found lays out within the budgets (planner.pipeline
+        .infeasible.smallest_plan): what is left, at least the floor, at most SMALLEST_PLAN_S."""
+        return min(SMALLEST_PLAN_S, self.left())

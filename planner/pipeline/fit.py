@@ -14,8 +14,9 @@ left (then the first attempt's too, and as a last resort any runner-up whatever 
 When the request's time is spent before the first solve (no retry can follow it), that solve
 aims LAST_CHANCE_MARGIN below each budget instead: an arena that misses the budget by
 fragmentation could only be answered by a refusal. Every solve's bound and status hold for the
-budgets asked, whatever the target. No schedule at all means infeasible
-(planner.pipeline.infeasible).
+budgets asked, whatever the target. When nothing found lays out within the budgets, the
+smallest plan (planner.pipeline.infeasible.smallest_plan: the heuristics' schedule of least
+peak) is the answer if it does, else a refusal naming a budget this planner meets.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.errors import InfeasibleError
 from planner.ir.graph import Graph
 from planner.memory.liveness import order_lower_bound
 from planner.memory.schedule import Schedule
 from planner.order import OrderResult
-from planner.pipeline.infeasible import raise_infeasible
+from planner.pipeline.infeasible import raise_infeasible, smallest_plan
 from planner.plan.builder import BuiltPlan, build_plan
 from planner.profile.costs import CostTable
 from planner.remat.heuristics import Candidate
@@ -85,8 +85,7 @@ class RematFit:
                 result = self._solve(target, attempt, notify)
             if result.best is None:
                 if slower is None:
-                    raise_infeasible(self.graph, self.request, self.order, self.costs, result,
-                                     self.keep_all_arena)
+                    return self._smallest_or_refuse(result, None)
                 # The lowered target has no schedule: the first attempt's slower ones.
                 runner_up = (self._runner_up_within(slower[0], spread, (slower[1], math.inf))
                              or self._last_resort([slower[0]]))
@@ -118,12 +117,22 @@ class RematFit:
             if slower is None:
                 slower = (result, close)  # the first attempt's: the least recomputation
             target.update(lowered)
-        raise InfeasibleError(
-            f"the arenas of the best plans found exceed the budgets after {attempt + 1} "
-            f"attempt(s) (fragmentation): {over}; ask for "
-            + ", ".join(f"{d}={budgets[d] + e} B" for d, e in over.items()),
-            smallest_feasible=max(budgets[d] + e for d, e in over.items()),
-        )
+        return self._smallest_or_refuse(None, over)
+
+    def _smallest_or_refuse(self, result: RematResult | None, over: dict[str, int] | None
+                            ) -> BuiltPlan:
+        """The smallest plan (planner.pipeline.infeasible.smallest_plan: one device) when it
+        lays out within the budget, else the refusal naming what to ask for; `result`: the
+        search that found nothing, `over`: by how much the schedules it found overshot."""
+        smallest = None
+        if len(self.request.budgets) == 1:
+            smallest = smallest_plan(self.graph, self.request, self.order, self.costs,
+                                     self.plan_id, self.clock.smallest_plan(),
+                                     self.other_orders)
+            if smallest is not None and not overshoot(smallest.plan):
+                return smallest
+        raise_infeasible(self.graph, self.request, result, smallest, self.keep_all_arena,
+                         fragmented=over)
 
     def _solve(self, target: dict[str, int], attempt: int,
                notify: Callable[[str, dict], None]) -> RematResult:

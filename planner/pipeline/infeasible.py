@@ -1,27 +1,40 @@
-"""The answer to a request no plan was found for: what budget to ask for instead.
+"""The last answers of a request no plan was found for: the smallest plan the heuristics make,
+and when even that exceeds the budget, what budget to ask for instead.
 
 Below the op-footprint bound (planner.memory.liveness.order_lower_bound) no plan exists, and the
-error says so with that proven bound. Otherwise it names the smallest budget this planner is
-known to meet: the arena of a plan at the smallest peak the remat heuristics replayed (probed
-with the heuristics alone), else the keep-everything arena; and whether the remat model proved
-the budget impossible for the order or only found nothing in the time.
+error says so with that proven bound. Otherwise the refusal names the smallest budget this
+planner is known to meet: the arena of the smallest plan (`smallest_plan`: the eviction
+simulation pushed to the op-footprint bound, the heuristics' schedule at the least peak it
+reached, laid out), else the keep-everything arena; and whether the remat model proved the
+budget impossible for the order or only found nothing in the time.
+
+The smallest plan depends on the graph, the order and the costs, not on the budget asked: a
+request for the budget a refusal named gets that plan when its own search finds nothing that
+lays out within it (ResNet-18 at its op-footprint bound was refused naming 112,958,592 B; asked
+for that, the search's faster schedules laid out 0.4% over it and the request was refused
+again, naming 113,529,088 B).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from planner.errors import InfeasibleError
 from planner.ir.graph import Graph
 from planner.memory.liveness import order_lower_bound
 from planner.order import OrderResult
-from planner.plan.builder import build_plan
+from planner.plan.builder import BuiltPlan, build_plan
 from planner.profile.costs import CostTable
+from planner.remat.evict import evict_candidates
 from planner.remat.rematerialize import RematResult, plan_remat
-from planner.time_budget import PROBE_S
+from planner.remat.report import order_report_beside, remat_report
 from planner.version import PLANNER_VERSION
 from schemas.plan import PlanRequest
+
+# smallest_plan's time: the eviction simulation, the heuristics at its least peak, the layout.
+SMALLEST_SHARES = (0.4, 0.4, 0.2)
 
 
 def check_above_lower_bound(graph: Graph, request: PlanRequest) -> None:
@@ -39,22 +52,57 @@ def check_above_lower_bound(graph: Graph, request: PlanRequest) -> None:
         )
 
 
-def raise_infeasible(graph: Graph, request: PlanRequest, order: OrderResult, costs: CostTable,
-                     result: RematResult, keep_all_arena: Callable[[], int] | None) -> NoReturn:
+def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs: CostTable,
+                  plan_id: str, time_limit: float, other_orders: Sequence[Sequence[int]] = ()
+                  ) -> BuiltPlan | None:
+    """The plan of the heuristic schedule with the least peak on the request's one device: the
+    eviction simulation aimed at the op-footprint bound gives the least peak it replays, the
+    heuristics aimed at that peak the schedule; laid out for the request's budget (the arena
+    may exceed it) with reports whose bound and status hold for that budget. None when no
+    schedule is found in `time_limit` (shared SMALLEST_SHARES)."""
+    (device, budget), = request.budgets.items()
+    evict_share, heuristics_share, layout_share = SMALLEST_SHARES
+    reached = evict_candidates(graph, [order.order, *other_orders], device,
+                               order_lower_bound(graph), costs, alignment=request.alignment,
+                               deadline=time.perf_counter() + evict_share * time_limit)
+    if reached.smallest_peak is None:
+        return None
+    peak = reached.smallest_peak
+    result = plan_remat(graph, order.order, {device: peak}, costs,
+                        time_limit=heuristics_share * time_limit,
+                        memory_unit=request.alignment, use_solver=False,
+                        other_orders=other_orders, bound_budgets={device: max(budget, peak)})
+    if result.best is None:
+        return None
+    return build_plan(
+        graph, result.best.schedule, request, plan_id=plan_id,
+        planner_version=PLANNER_VERSION,
+        solvers=(order_report_beside(order.report(), result.best.stats.recomputes),
+                 remat_report(result)),
+        predicted_seconds=result.objective_seconds,
+        layout_time_limit=layout_share * time_limit)
+
+
+def raise_infeasible(graph: Graph, request: PlanRequest, result: RematResult | None,
+                     smallest: BuiltPlan | None, keep_all_arena: Callable[[], int] | None,
+                     fragmented: dict[str, int] | None = None) -> NoReturn:
     """No plan within the budgets: say what to ask for. Proven infeasibility says so (the exact
-    model's verdict); otherwise the smallest budget this planner is known to meet: a plan at the
-    smallest peak the heuristics replayed, else keeping everything (`keep_all_arena`)."""
+    model's verdict); otherwise the smallest budget this planner is known to meet: the arena of
+    `smallest` (smallest_plan), else of keeping everything (`keep_all_arena`). `fragmented`:
+    the bytes by which the arenas of the schedules found exceeded the budgets (when the search
+    found schedules within the budgets that did not lay out within them)."""
     lower = order_lower_bound(graph)
-    home = result.home
-    verdict = ("proven infeasible for the fixed order" if result.status == "INFEASIBLE" else
-               f"none found in {request.time_limit_s:g} s, not proven impossible")
-    known = []
-    if result.smallest_peak_bytes is not None:
-        probe = _probe_arena(graph, request, order, costs, home, result.smallest_peak_bytes)
-        if probe is not None:
-            known.append(probe)
+    if fragmented:
+        verdict = ("the arenas of the best plans found exceed the budgets (fragmentation): "
+                   + ", ".join(f"{d} by {e} B" for d, e in fragmented.items()))
+    elif result is not None and result.status == "INFEASIBLE":
+        verdict = "proven infeasible for the fixed order"
+    else:
+        verdict = f"none found in {request.time_limit_s:g} s, not proven impossible"
+    known = [] if smallest is None else [smallest.plan.devices[0].arena_bytes]
     if keep_all_arena is not None:
         known.append(keep_all_arena())
+    home = next(iter(request.budgets))
     if known:
         achieved = min(known)
         raise InfeasibleError(
@@ -63,21 +111,14 @@ def raise_infeasible(graph: Graph, request: PlanRequest, order: OrderResult, cos
             f"at least {achieved} B, or allow more time",
             smallest_feasible=achieved,
         )
+    if fragmented:
+        raise InfeasibleError(
+            f"no plan within {dict(request.budgets)} B ({verdict}); ask for "
+            + ", ".join(f"{d}={request.budgets[d] + e} B" for d, e in fragmented.items()),
+            smallest_feasible=max(request.budgets[d] + e for d, e in fragmented.items()),
+        )
     raise InfeasibleError(
         f"no plan within {dict(request.budgets)} B ({verdict}); no plan can go below {lower} B "
         f"on one device; ask for more than {lower} B and allow more time",
         smallest_feasible=lower, is_lower_bound=True,
     )
-
-
-def _probe_arena(graph: Graph, request: PlanRequest, order: OrderResult, costs: CostTable,
-                 home: str, peak_bytes: int) -> int | None:
-    """The arena of the heuristics' plan at `peak_bytes` on `home`, if they find one again."""
-    probe = plan_remat(graph, order.order, {home: peak_bytes}, costs, time_limit=PROBE_S,
-                       memory_unit=request.alignment, use_solver=False)
-    if probe.best is None:
-        return None
-    arena_request = request.model_copy(update={"budgets": {home: probe.best.stats.peaks[home]}})
-    built = build_plan(graph, probe.best.schedule, arena_request, plan_id="probe",
-                       planner_version=PLANNER_VERSION, layout_time_limit=PROBE_S)
-    return built.plan.devices[0].arena_bytes

@@ -75,6 +75,23 @@ def test_budget_below_the_arena_is_infeasible_with_the_size_to_ask_for(cnn):
     assert str(info.value.smallest_feasible) in str(info.value)
 
 
+def test_the_budget_a_refusal_names_gets_a_plan(cnn):
+    """At its op-footprint bound cnn_bn_momentum is refused, naming the arena of the smallest
+    plan the heuristics make (303,488 B; the keep-everything arena it named before is 385,664
+    B). Asked for that budget, the request gets a plan within it, whatever its own search
+    found (ResNet-18 was refused again, naming more, when the faster schedules it found laid
+    out over the budget it had been told to ask for)."""
+    graph, keep_everything = cnn
+    with pytest.raises(InfeasibleError) as info:
+        plan_for("cnn_bn_momentum", budget=order_lower_bound(graph))
+    named = info.value.smallest_feasible
+    assert named is not None and not info.value.is_lower_bound
+    assert order_lower_bound(graph) < named < keep_everything.devices[0].arena_bytes
+    plan = plan_for("cnn_bn_momentum", budget=named)
+    assert validate_plan(graph, plan).ok
+    assert plan.devices[0].arena_bytes <= named
+
+
 def test_cli_plan_writes_a_plan_and_exit_codes(tmp_path, capsys):
     out = tmp_path / "plan.json"
     model = str(model_path("mlp_sgd"))
