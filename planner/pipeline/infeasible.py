@@ -69,6 +69,8 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
     peaks = []
     for k, target in enumerate(targets):
         left = time_limit * evict_share * (k + 1) / len(targets) - (time.perf_counter() - started)
+        if k and left <= 0:
+            break  # an eviction scan's first run always completes: the budget's waits for time
         reached = evict_candidates(graph, [order.order, *other_orders], device, target, costs,
                                    alignment=request.alignment,
                                    deadline=time.perf_counter() + max(0.0, left))
