@@ -4,15 +4,15 @@ and when even that exceeds the budget, what budget to ask for instead.
 Below the op-footprint bound (planner.memory.liveness.order_lower_bound) no plan exists, and the
 error says so with that proven bound. Otherwise the refusal names the smallest budget this
 planner is known to meet: the arena of the smallest plan (`smallest_plan`: the eviction
-simulation pushed to the op-footprint bound, the heuristics' schedule at the least peak it
-reached, laid out), else the keep-everything arena; and whether the remat model proved the
-budget impossible for the order or only found nothing in the time.
+simulation aimed at the op-footprint bound and at the budget, the heuristics' schedule at the
+least peak it reached, laid out), else the keep-everything arena; and whether the remat model
+proved the budget impossible for the order or only found nothing in the time.
 
-The smallest plan depends on the graph, the order and the costs, not on the budget asked: a
-request for the budget a refusal named gets that plan when its own search finds nothing that
-lays out within it (ResNet-18 at its op-footprint bound was refused naming 112,958,592 B; asked
-for that, the search's faster schedules laid out 0.4% over it and the request was refused
-again, naming 113,529,088 B).
+The part aimed at the op-footprint bound depends on the graph, the order and the costs, not on
+the budget asked: a request for the budget a refusal named finds that plan again when its own
+search finds nothing that lays out within it (ResNet-18 at its op-footprint bound was refused
+naming 112,958,592 B; asked for that, the search's faster schedules laid out 0.4% over it and
+the request was refused again, naming 113,529,088 B; now it gets a plan of exactly that arena).
 """
 
 from __future__ import annotations
