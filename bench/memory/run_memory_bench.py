@@ -93,10 +93,21 @@ def sha256(path: Path) -> str:
 
 
 def before_tree(path: Path) -> Path:
-    """The planner of BEFORE_COMMIT, checked out as a git worktree at `path` if not there."""
-    if not (path / "planner").is_dir():
+    """The planner of BEFORE_COMMIT, checked out as a git worktree at `path` if not there.
+
+    A directory already at `path` is used only when git says its HEAD is BEFORE_COMMIT: a
+    leftover tree of other code there once made "before" plan like "now" (MobileNetV2's 87.4 MiB
+    read as 69.4 MiB)."""
+    if not path.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(path), BEFORE_COMMIT],
                        cwd=REPO, check=True)
+    head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip()
+    wanted = subprocess.run(["git", "rev-parse", BEFORE_COMMIT], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    if head != wanted:
+        sys.exit(f"{path} is not a git worktree of {BEFORE_COMMIT} (HEAD {head or 'none'}): "
+                 "remove it or pass another --before-tree")
     return path
 
 
