@@ -74,6 +74,8 @@ class Replay:
     events: tuple[EventIO, ...]  # one per schedule event
     persistent: frozenset[int]  # constants and state tensor ids
     members: dict[Materialization, list[Materialization]]  # owner -> everything in its storage
+    # materialization -> the last step of its live_range (computed once, after the walk)
+    live_ends: dict[Materialization, int] = field(default_factory=dict)
     # owner -> the last step of its storage_range (computed once, with the storage decisions)
     storage_ends: dict[Materialization, int] = field(default_factory=dict)
 
@@ -86,13 +88,8 @@ class Replay:
         return m.preloaded and m.tensor in self.persistent
 
     def live_range(self, m: Materialization) -> tuple[int, int]:
-        """Inclusive steps in which `m` occupies bytes (see the module doc)."""
-        end = self.n_steps - 1
-        if self.holds_for_whole_step(m):
-            return 0, end
-        if m.freed_at is None and self.graph.tensors[m.tensor].is_graph_output:
-            return m.first, end
-        return m.first, m.last_use
+        """Inclusive steps in which `m` occupies bytes (see the module doc and _live_ends)."""
+        return m.first, self.live_ends[m]
 
     def storage_range(self, owner: Materialization) -> tuple[int, int]:
         """Inclusive steps in which `owner`'s bytes are taken: from its write to the end of the
@@ -214,8 +211,18 @@ def _walk(graph: Graph, schedule: Schedule) -> Replay:
             events.append(EventIO(freed=freed))
     walk = Replay(graph=graph, schedule=schedule, materializations=tuple(materializations),
                   events=tuple(events), persistent=persistent_tensors(graph), members={})
+    walk.live_ends.update(_live_ends(walk))
     _share_storage(walk)
     return walk
+
+
+def _live_ends(walk: Replay) -> dict[Materialization, int]:
+    """The last step each materialization occupies bytes in (the module doc): the last step
+    for preloaded constants and state, and for a graph output never freed; else its last use.
+    (A preloaded one starts at step 0, so its live range is the whole step.)"""
+    end, tensors, whole_step = walk.n_steps - 1, walk.graph.tensors, walk.holds_for_whole_step
+    return {m: end if whole_step(m) or (m.freed_at is None and tensors[m.tensor].is_graph_output)
+            else m.last_use for m in walk.materializations}
 
 
 def _share_storage(walk: Replay) -> None:
@@ -230,35 +237,42 @@ def _share_storage(walk: Replay) -> None:
         if not incomplete:
             break
         barred |= incomplete
-    ends = walk.storage_ends
+    ends, live = walk.storage_ends, walk.live_ends
     ends.clear()
-    live_range = walk.live_range
     for owner, inside in walk.members.items():
-        ends[owner] = (live_range(owner)[1] if len(inside) == 1
-                       else max(live_range(m)[1] for m in inside))
+        ends[owner] = live[owner] if len(inside) == 1 else max(map(live.__getitem__, inside))
 
 
 @dataclass
 class _Storages:
     """The storages decided so far in one pass: their members, and for each the latest step any
-    member is written or read (`latest`) and whether one holds a value that must survive the
-    step (`keeps`, a graph output never freed), kept up to date as members join so that the
-    in-place test does not walk a storage's members again at every write."""
+    member is written or read (`latest_use`) and whether one holds a value that must survive
+    the step (`keeps`, a graph output never freed), kept up to date as members join so that the
+    in-place test does not walk a storage's members again at every write. (Only the storages
+    that need it are recorded: most have one member, whose own last use is the latest.)"""
 
     graph: Graph
     members: dict[Materialization, list[Materialization]]
-    latest: dict[Materialization, int] = field(default_factory=dict)
-    keeps: dict[Materialization, bool] = field(default_factory=dict)
+    latest: dict[Materialization, int] = field(default_factory=dict)  # owners of 2+ members
+    keeping: set[Materialization] = field(default_factory=set)  # owners of a survivor
 
     def own(self, m: Materialization) -> None:
         self.members[m] = [m]
-        self.latest[m] = m.last_use
-        self.keeps[m] = self._must_survive(m)
+        if self._must_survive(m):
+            self.keeping.add(m)
 
     def join(self, owner: Materialization, m: Materialization) -> None:
         self.members[owner].append(m)
-        self.latest[owner] = max(self.latest[owner], m.last_use)
-        self.keeps[owner] = self.keeps[owner] or self._must_survive(m)
+        self.latest[owner] = max(self.latest_use(owner), m.last_use)
+        if self._must_survive(m):
+            self.keeping.add(owner)
+
+    def latest_use(self, owner: Materialization) -> int:
+        latest = self.latest.get(owner)
+        return owner.last_use if latest is None else latest
+
+    def keeps(self, owner: Materialization) -> bool:
+        return owner in self.keeping
 
     def _must_survive(self, m: Materialization) -> bool:
         return m.freed_at is None and self.graph.tensors[m.tensor].is_graph_output
@@ -267,14 +281,15 @@ class _Storages:
 def _share_pass(walk: Replay, barred: set[int]) -> set[int]:
     """One decision pass; returns the states whose chain started but did not finish in place."""
     graph, sharing = walk.graph, state_updates(walk.graph)
-    for m in walk.materializations:
-        m.storage, m.shares = None, None
     members = walk.members
     members.clear()
     storages = _Storages(graph, members)
+    preloaded = []
     for m in walk.materializations:
+        m.storage, m.shares = None, None
         if m.preloaded:
             storages.own(m)
+            preloaded.append(m)
     for step, (event, io) in enumerate(zip(walk.schedule.events, walk.events, strict=True)):
         if not isinstance(event, Compute):
             for copied in io.writes:
@@ -297,11 +312,11 @@ def _share_pass(walk: Replay, barred: set[int]) -> set[int]:
             w.shares = "view" if view else "in_place"
             storages.join(owner, w)
     incomplete = set()
-    for owner, inside in members.items():
+    for owner in preloaded:  # a state's storage is owned by its preloaded value
         state = owner.tensor
-        if owner.preloaded and state in sharing.update_chains:
+        if state in sharing.update_chains:
             new = graph.tensors[state].updated_by
-            written = {m.tensor for m in inside if m.shares == "in_place"}
+            written = {m.tensor for m in members[owner] if m.shares == "in_place"}
             if written and new not in written:
                 incomplete.add(state)
     return incomplete
@@ -346,9 +361,9 @@ def _may_overwrite(walk: Replay, sharing: Sharing, storages: _Storages, owner: M
             return False  # constants, data inputs, and states outside their update chain
     if tensor.nbytes != graph.tensors[w.tensor].nbytes:
         return False
-    if storages.keeps[owner]:
+    if storages.keeps(owner):
         return False  # holds a value that must survive the step
-    if storages.latest[owner] > step:
+    if storages.latest_use(owner) > step:
         return False  # still read later (a later op, or a recomputation)
     if any(r is not None and r.owner is owner and graph.tensors[r.tensor].shape
            != graph.tensors[w.tensor].shape for r in io.reads):

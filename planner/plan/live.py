@@ -29,16 +29,21 @@ def range_curves(storages: Iterable[tuple[BufferSpec, int, int]], n_steps: int,
                  ) -> dict[Hashable, np.ndarray]:
     """`live_curves` of the storages `storage_ranges` returned: one difference array per key,
     summed in numpy (linear in storages plus keys times steps)."""
-    grouped: dict[Hashable, list[tuple[int, int, int]]] = {}
+    grouped: dict[Hashable, tuple[list[int], list[int], list[int]]] = {}
     for owner, first, last in storages:
         if first < n_steps:
-            grouped.setdefault(key(owner), []).append(
-                (first, min(last, n_steps - 1) + 1, owner.size))
+            k = key(owner)
+            ranges = grouped.get(k)
+            if ranges is None:
+                ranges = grouped[k] = ([], [], [])
+            ranges[0].append(first)
+            ranges[1].append(last)
+            ranges[2].append(owner.size)
     curves = {}
-    for k, ranges in grouped.items():
-        starts, ends, sizes = np.asarray(ranges, dtype=np.int64).T
+    for k, (starts, lasts, sizes) in grouped.items():
+        ends = np.minimum(np.asarray(lasts, dtype=np.int64), n_steps - 1) + 1
         delta = np.zeros(n_steps + 1, dtype=np.int64)
-        np.add.at(delta, starts, sizes)
+        np.add.at(delta, np.asarray(starts, dtype=np.int64), sizes)
         np.subtract.at(delta, ends, sizes)
         curves[k] = np.cumsum(delta)[:n_steps]
     return curves
@@ -47,11 +52,18 @@ def range_curves(storages: Iterable[tuple[BufferSpec, int, int]], n_steps: int,
 def storage_ranges(buffers: Iterable[BufferSpec]) -> list[tuple[BufferSpec, int, int]]:
     """Each storage's owner and the inclusive steps its bytes are taken (see the module doc).
     A buffer naming a storage that no buffer owns is left out (the validator reports it)."""
-    buffers = list(buffers)
-    owners = {b.id: b for b in buffers if b.owns_storage}
-    ranges: dict[str, tuple[int, int]] = {}
+    owners: dict[str, BufferSpec] = {}
+    ranges: dict[str, list[int]] = {}  # storage -> [first, last], in order of first mention
     for b in buffers:
-        if b.storage in owners:
-            first, last = ranges.get(b.storage, (b.first_step, b.last_step))
-            ranges[b.storage] = (min(first, b.first_step), max(last, b.last_step))
-    return [(owners[s], first, last) for s, (first, last) in ranges.items()]
+        if b.owns_storage:
+            owners[b.id] = b
+        first, last = b.first_step, b.last_step
+        span = ranges.get(b.storage)
+        if span is None:
+            ranges[b.storage] = [first, last]
+            continue
+        if first < span[0]:
+            span[0] = first
+        if last > span[1]:
+            span[1] = last
+    return [(owners[s], first, last) for s, (first, last) in ranges.items() if s in owners]

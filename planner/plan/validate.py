@@ -29,6 +29,7 @@ It returns the per-device memory curve and the time predicted from a profile.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -46,7 +47,7 @@ from schemas.plan import (
     FreeStep,
     Plan,
 )
-from schemas.profile import Profile
+from schemas.profile import OpCost, Profile
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[st
     live: set[str] = set()
     created: dict[str, int] = {}
     freed: dict[str, int] = {}
-    uses: dict[str, list[int]] = {}
+    uses: defaultdict[str, list[int]] = defaultdict(list)  # steps, in increasing order
     overwrites: list[tuple[int, str]] = []  # (step, buffer written over its storage)
     preloaded = {b.id for b in plan.buffers if b.preloaded}
     for b_id in preloaded:
@@ -158,7 +159,7 @@ def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[st
         elif tensor is not None and buffers[b_id].tensor != tensor:
             errors.append(f"step {step} expects tensor {tensor} but {b_id} holds "
                           f"{buffers[b_id].tensor}")
-        uses.setdefault(b_id, []).append(step)
+        uses[b_id].append(step)
 
     def write(b_id: str, step: int, device: str, tensor: str) -> None:
         b = buffers.get(b_id)
@@ -178,29 +179,36 @@ def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[st
     # The common case, a step that breaks no rule, is checked inline; read() and write() say
     # what is wrong otherwise (a 20,000-op chain's plan has about 50,000 steps).
     names = [t.name for t in graph.tensors]
+    ops, budgets = graph.ops, plan.request.budgets
     for step, s in enumerate(plan.steps):
-        if isinstance(s, ComputeStep):
-            if not 0 <= s.op_id < len(graph.ops):
-                errors.append(f"step {step} runs unknown op {s.op_id}")
+        if isinstance(s, FreeStep):
+            b_id = s.buffer
+            if b_id not in live:
+                errors.append(f"step {step} frees {b_id}, which is not live")
+            live.discard(b_id)
+            freed[b_id] = step
+        elif isinstance(s, ComputeStep):
+            op_id, device, inputs, outputs = s.op_id, s.device, s.inputs, s.outputs
+            if not 0 <= op_id < len(ops):
+                errors.append(f"step {step} runs unknown op {op_id}")
                 continue
-            op = graph.ops[s.op_id]
-            device = s.device
-            if device not in plan.request.budgets:
+            op = ops[op_id]
+            if device not in budgets:
                 errors.append(f"step {step} runs on {device}, which has no budget")
-            if len(s.inputs) != len(op.inputs) or len(s.outputs) != len(op.outputs):
+            if len(inputs) != len(op.inputs) or len(outputs) != len(op.outputs):
                 errors.append(f"step {step} ({op.name}) has the wrong number of inputs/outputs")
                 continue
-            for t, bound in zip(op.inputs, s.inputs, strict=True):
+            for t, bound in zip(op.inputs, inputs, strict=True):
                 if t is not None and bound is not None:
                     b = buffers.get(bound)
                     if (b is not None and bound in live and b.device == device
                             and b.tensor == names[t]):
-                        uses.setdefault(bound, []).append(step)
+                        uses[bound].append(step)
                     else:
                         read(bound, step, device, names[t])
                 elif (t is None) != (bound is None):
                     errors.append(f"step {step} ({op.name}) binds an omitted input or omits one")
-            for t, bound in zip(op.outputs, s.outputs, strict=True):
+            for t, bound in zip(op.outputs, outputs, strict=True):
                 if t is not None and bound is not None:
                     b = buffers.get(bound)
                     if (b is not None and bound not in created and b.device == device
@@ -219,11 +227,6 @@ def _replay(graph: Graph, plan: Plan, buffers: dict[str, BufferSpec]) -> list[st
                 src = buffers[s.src]
                 dst = buffers.get(s.dst)
                 write(s.dst, step, dst.device if dst else "?", src.tensor)
-        elif isinstance(s, FreeStep):
-            if s.buffer not in live:
-                errors.append(f"step {step} frees {s.buffer}, which is not live")
-            live.discard(s.buffer)
-            freed[s.buffer] = step
 
     errors.extend(_check_overwrites(plan, buffers, overwrites, created, uses))
     for name, b_id in plan.graph_outputs.items():
@@ -304,6 +307,8 @@ def _members(buffers: dict[str, BufferSpec], written: set[str]) -> dict[str, lis
     """The buffers of each storage that one of `written` sits in."""
     storages = {buffers[b].storage for b in written}
     members: dict[str, list[BufferSpec]] = {s: [] for s in storages}
+    if not members:
+        return members
     for b in buffers.values():
         if b.storage in members:
             members[b.storage].append(b)
@@ -370,12 +375,12 @@ def _check_memory(plan: Plan, storages: list[tuple[BufferSpec, int, int]],
             step = curve.index(worst)
             errors.append(f"{device} holds {worst} B live at step {step}, more than its "
                           f"budget {budget} B / arena {arena} B")
-        owners = by_device.get(device, [])
-        placed = [Buffer(b.id, first, last + 1, max(b.size, 1)) for b, first, last in owners]
-        layout = Layout(
-            offsets={b.id: b.offset for b, _, _ in owners}, arena_size=arena, lower_bound=0,
-            status="FEASIBLE", method="plan", solve_seconds=0.0,
-        )
+        placed, offsets = [], {}
+        for b, first, last in by_device.get(device, []):
+            placed.append(Buffer(b.id, first, last + 1, max(b.size, 1)))
+            offsets[b.id] = b.offset
+        layout = Layout(offsets=offsets, arena_size=arena, lower_bound=0, status="FEASIBLE",
+                        method="plan", solve_seconds=0.0)
         errors.extend(f"{device}: {v}" for v in check_layout(placed, layout,
                                                             plan.request.alignment))
     return errors
@@ -386,14 +391,17 @@ def _predicted_seconds(plan: Plan, buffers: dict[str, BufferSpec],
     from planner.profile import copy_seconds
 
     costs = {op.op_id: op.costs for op in profile.ops}
+    unmeasured: dict[str, OpCost] = {}
     total = 0.0
-    for s in plan.steps:
+    for s in plan.steps:  # summed in step order
         if isinstance(s, ComputeStep):
-            cost = costs.get(s.op_id, {}).get(s.device)
+            cost = costs.get(s.op_id, unmeasured).get(s.device)
             if cost is None:
                 return None
             total += cost.median_seconds
         elif isinstance(s, CopyStep):
-            total += copy_seconds(profile, buffers[s.src].device, buffers[s.dst].device,
-                                  buffers[s.src].size)
+            src, dst = buffers.get(s.src), buffers.get(s.dst)
+            if src is None or dst is None:
+                return None  # a copy of an unknown buffer (reported by the replay)
+            total += copy_seconds(profile, src.device, dst.device, src.size)
     return total
