@@ -1,5 +1,6 @@
 """The placement engine (planner.layout.placement) against a plain scan of every placed buffer:
-its index of short lifetimes and the pyramid's staircase must not change a single offset.
+its index (unions of ranges at sample steps and in a tree of start blocks) and the pyramid's
+staircase must not change a single offset.
 
 The reference below is the engine as it was before the index (each buffer's gap search over
 all placed buffers live at one of its steps), written with plain loops."""
@@ -60,7 +61,7 @@ def _chain_trace(rng: random.Random, depth: int) -> list[Buffer]:
 
 @pytest.mark.parametrize("fit", ["first", "best"])
 def test_index_and_staircase_keep_every_offset(fit: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine indexes short lifetimes from 4,000 buffers to place (here from 100, so that
+    """The engine uses its index from `_INDEX_FROM` buffers to place (here from 100, so that
     the plain reference stays quick); the pyramid's chain is hundreds of nested buffers,
     placed as one range per step."""
     monkeypatch.setattr(placement, "_INDEX_FROM", 100)
@@ -74,6 +75,41 @@ def test_index_and_staircase_keep_every_offset(fit: str, monkeypatch: pytest.Mon
     want = _reference(instance, chain + rest, fit)
     assert place_in_order(instance, rest, fit, chain=chain).tolist() == want
     assert place_in_order(instance, chain + rest, fit).tolist() == want
+
+
+def _mixed_trace(rng: random.Random, n: int) -> list[Buffer]:
+    """Lifetimes of every length over 600 steps (most short, some across half of them or
+    all), sizes of a few units up to thousands, a few alignments and pre-placed buffers."""
+    buffers = []
+    for k in range(n):
+        lo = rng.randrange(600)
+        span = rng.choice([4, 4, 4, 40, 300, 600])
+        buffers.append(Buffer(f"b{k}", lo, lo + rng.randint(1, span),
+                              rng.choice([1, 3, 8, 100, 4096]) * rng.randint(1, 4),
+                              alignment=rng.choice([None, None, None, 256])))
+    buffers += [Buffer(f"f{k}", 50 * k, 50 * k + rng.randint(1, 200), 512,
+                       offset=(1 << 20) + 1024 * k) for k in range(8)]
+    return buffers
+
+
+@pytest.mark.parametrize("alignment", [1, 64])
+@pytest.mark.parametrize("fit", ["first", "best"])
+@pytest.mark.parametrize("eager", [False, True])
+def test_index_keeps_every_offset_on_random_traces(
+    fit: str, alignment: int, eager: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `_INDEX_FROM` buffers, in any order, with lifetimes that span many sample blocks
+    (the start tree) or none, pre-placed buffers and alignments. ``eager``: the unions merge
+    every placed buffer at once and every search runs with numpy."""
+    if eager:
+        monkeypatch.setattr(placement, "_PENDING", 0)
+        monkeypatch.setattr(placement, "_FEW", 0)
+    rng = random.Random(alignment + 2 * eager)
+    instance = build_instance(_mixed_trace(rng, placement._INDEX_FROM + 200), alignment)
+    assert len(instance.obstacle_idx) and instance.step.max() > 1
+    free = instance.free_idx.tolist()
+    rng.shuffle(free)
+    assert place_in_order(instance, free, fit).tolist() == _reference(instance, free, fit)
 
 
 @pytest.mark.parametrize("fit", ["first", "best"])
