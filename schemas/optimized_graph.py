@@ -12,11 +12,13 @@ Planner and runtime must agree on that graph to the byte: plan op ids index its 
 `optimized_model` here (the runtime imports nothing of the planner), and the plan names the
 sha256 of its result (`OptimizedGraph.sha256`) next to that of the model the user sent (from
 which plan ids are computed). The function is ONNX Runtime's own rewrite, saved with
-`SessionOptions.optimized_model_filepath`, with two changes: the copy nodes the CUDA provider
+`SessionOptions.optimized_model_filepath`, with three changes: the copy nodes the CUDA provider
 inserts between providers (MemcpyFromHost / MemcpyToHost) are removed, since the plan places
 values and copies them itself; and a weight gradient's matrix product is folded into its SGD
 update (schemas.update_fusion), which ONNX Runtime does not do and which takes the gradient's
-bytes out of the step. Another ONNX Runtime version may rewrite differently; the
+bytes out of the step; and the cross-entropy gradient is written over the softmax instead of
+beside a logits-sized one-hot matrix (schemas.loss_fusion), which takes one logits-sized buffer
+out of the step's peak. Another ONNX Runtime version may rewrite differently; the
 digest then differs and the runtime refuses the plan with both versions named.
 """
 
@@ -30,6 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.loss_fusion import fuse_cross_entropy_gradients
 from schemas.update_fusion import fuse_sgd_updates
 
 GraphOptimization = Literal["disable", "basic", "extended"]
@@ -124,7 +127,7 @@ def optimized_model(data: bytes, level: Literal["basic", "extended"], providers:
                 f"ONNX Runtime has no {', '.join(missing)} on this machine, so it cannot optimize "
                 "the graph for it")
         written = path.read_bytes()
-    return fuse_sgd_updates(_without_copy_nodes(written))
+    return fuse_cross_entropy_gradients(fuse_sgd_updates(_without_copy_nodes(written)))
 
 
 def rebuild(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int] | None) -> bytes:

@@ -28,15 +28,15 @@ last bits, like its own fusions do; `--check` compares optimized graphs with a t
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from schemas.graph_rewrite import DEFAULT_DOMAINS, GraphIndex, attribute, scalar, splice
 
 _CONTRIB = "com.microsoft"
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 @dataclass(frozen=True)
@@ -58,25 +58,18 @@ def fuse_sgd_updates(data: bytes) -> bytes:
     model = onnx.ModelProto()
     model.ParseFromString(data)
     graph = model.graph
-    shapes = _static_shapes(graph)
-    initializers = {i.name: i for i in graph.initializer}
-    reads = Counter(name for node in graph.node for name in node.input if name)
-    outputs = {v.name for v in graph.output}
-    producer = {out: k for k, node in enumerate(graph.node) for out in node.output}
-
-    def once(name: str) -> bool:
-        return reads[name] == 1 and name not in outputs
+    index = GraphIndex(graph)
+    shapes, once = index.shapes, index.once
 
     def attr(node: onnx.NodeProto, name: str, default: float) -> float:
-        found = [a for a in node.attribute if a.name == name]
-        return float(helper.get_attribute_value(found[0])) if found else default
+        return float(attribute(node, name, default))  # type: ignore[arg-type]
 
     def product(name: str) -> _Product | None:
-        k = producer.get(name)
+        k = index.producer.get(name)
         if k is None or not once(name):
             return None
         node = graph.node[k]
-        kind = (node.domain if node.domain not in _DEFAULT_DOMAINS else "", node.op_type)
+        kind = (node.domain if node.domain not in DEFAULT_DOMAINS else "", node.op_type)
         inputs = [x for x in node.input]
         if kind == ("", "Gemm") and len(inputs) == 3 and inputs[2] == "":
             inputs = inputs[:2]
@@ -91,14 +84,14 @@ def fuse_sgd_updates(data: bytes) -> bytes:
 
     def scaled(name: str) -> _Product | None:
         direct = product(name)
-        k = producer.get(name)
+        k = index.producer.get(name)
         if direct is not None or k is None or not once(name):
             return direct
         node = graph.node[k]
-        if node.op_type != "Mul" or node.domain not in _DEFAULT_DOMAINS or len(node.input) != 2:
+        if node.op_type != "Mul" or node.domain not in DEFAULT_DOMAINS or len(node.input) != 2:
             return None
         for slot in (0, 1):
-            scale = _scalar(initializers.get(node.input[1 - slot]))
+            scale = scalar(index.initializers.get(node.input[1 - slot]))
             inner = product(node.input[slot]) if scale is not None else None
             if inner is not None and scale is not None:
                 return _Product(inner.a, inner.b, float(np.float32(inner.alpha * scale)),
@@ -108,7 +101,7 @@ def fuse_sgd_updates(data: bytes) -> bytes:
     replaced: dict[int, onnx.NodeProto] = {}
     dropped: set[int] = set()
     for k, node in enumerate(graph.node):
-        if node.op_type not in ("Sub", "Add") or node.domain not in _DEFAULT_DOMAINS or \
+        if node.op_type not in ("Sub", "Add") or node.domain not in DEFAULT_DOMAINS or \
                 len(node.input) != 2:
             continue
         for w_slot in (0,) if node.op_type == "Sub" else (0, 1):
@@ -129,37 +122,4 @@ def fuse_sgd_updates(data: bytes) -> bytes:
             break
     if not replaced:
         return data
-    gone = {out for k in dropped for out in graph.node[k].output}
-    kept = [replaced.get(k, node) for k, node in enumerate(graph.node) if k not in dropped]
-    del graph.node[:]
-    graph.node.extend(kept)
-    kept_info = [v for v in graph.value_info if v.name not in gone]
-    del graph.value_info[:]
-    graph.value_info.extend(kept_info)
-    still_read = {name for node in graph.node for name in node.input}
-    unused = [i for i in graph.initializer if i.name not in still_read]
-    for init in unused:
-        graph.initializer.remove(init)
-    return model.SerializeToString()
-
-
-def _static_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, tuple[int, ...]]]:
-    """Element type and shape of every value whose shape is fully known."""
-    shapes: dict[str, tuple[int, tuple[int, ...]]] = {}
-    for value in (*graph.input, *graph.value_info, *graph.output):
-        tensor = value.type.tensor_type
-        if not tensor.HasField("shape"):
-            continue
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
-        if all(d >= 0 for d in dims):
-            shapes[value.name] = (tensor.elem_type, dims)
-    for init in graph.initializer:
-        shapes[init.name] = (init.data_type, tuple(init.dims))
-    return shapes
-
-
-def _scalar(init: TensorProto | None) -> float | None:
-    """The value of a one-element float32 initializer, else None."""
-    if init is None or init.data_type != TensorProto.FLOAT or int(np.prod(init.dims)) != 1:
-        return None
-    return float(numpy_helper.to_array(init).reshape(()))
+    return splice(model, {k: (node,) for k, node in replaced.items()}, dropped)

@@ -1,0 +1,102 @@
+"""What our own rewrites of ONNX Runtime's optimized graph share (schemas.update_fusion,
+schemas.loss_fusion): the static shapes and single reads a pattern must check, and the splice that
+swaps matched nodes for their replacement while keeping the graph topologically sorted and free of
+values and initializers nothing reads any more.
+
+Both rewrites run inside schemas.optimized_graph.optimized_model, which the planner and the
+runtime each call, so a plan's op ids index the same nodes on both sides.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+Shape = tuple[int, tuple[int, ...]]  # (element type, static dims)
+
+
+class GraphIndex:
+    """Lookups over one graph that a pattern match needs: static shapes, producers, how often a
+    value is read, initializers by name."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.graph = graph
+        self.shapes = static_shapes(graph)
+        self.initializers = {i.name: i for i in graph.initializer}
+        self.reads = Counter(name for node in graph.node for name in node.input if name)
+        self.outputs = {v.name for v in graph.output}
+        self.producer = {out: k for k, node in enumerate(graph.node) for out in node.output}
+
+    def once(self, name: str) -> bool:
+        """Read by exactly one node and not a graph output: the value may disappear with it."""
+        return self.reads[name] == 1 and name not in self.outputs
+
+    def made_by(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        """The standard-domain `op_type` node writing `name`, if that is what writes it."""
+        k = self.producer.get(name)
+        if k is None:
+            return None
+        node = self.graph.node[k]
+        return node if node.op_type == op_type and node.domain in DEFAULT_DOMAINS else None
+
+    def readers(self, name: str) -> list[int]:
+        return [k for k, node in enumerate(self.graph.node) if name in node.input]
+
+
+def attribute(node: onnx.NodeProto, name: str, default: object) -> object:
+    found = [a for a in node.attribute if a.name == name]
+    return helper.get_attribute_value(found[0]) if found else default
+
+
+def splice(model: onnx.ModelProto, replaced: Mapping[int, Sequence[onnx.NodeProto]],
+           dropped: Collection[int], added: Sequence[TensorProto] = ()) -> bytes:
+    """`model` with node k replaced by the nodes `replaced[k]` (in order, at k's place), the nodes
+    `dropped` removed, `added` initializers added, and the value infos and initializers of values
+    nothing reads any more removed. Replacements read only values written before k's place."""
+    graph = model.graph
+    kept = [new for k, node in enumerate(graph.node) if k not in dropped
+            for new in replaced.get(k, (node,))]
+    gone = {out for node in graph.node for out in node.output} - \
+        {out for node in kept for out in node.output}
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.initializer.extend(added)
+    kept_info = [v for v in graph.value_info if v.name not in gone]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_info)
+    still_read = {name for node in graph.node for name in node.input}
+    for init in [i for i in graph.initializer if i.name not in still_read]:
+        graph.initializer.remove(init)
+    return model.SerializeToString()
+
+
+def static_shapes(graph: onnx.GraphProto) -> dict[str, Shape]:
+    """Element type and shape of every value whose shape is fully known."""
+    shapes: dict[str, Shape] = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+        if all(d >= 0 for d in dims):
+            shapes[value.name] = (tensor.elem_type, dims)
+    for init in graph.initializer:
+        shapes[init.name] = (init.data_type, tuple(init.dims))
+    return shapes
+
+
+def scalar(init: TensorProto | None) -> float | None:
+    """The value of a one-element float32 initializer, else None."""
+    if init is None or init.data_type != TensorProto.FLOAT or int(np.prod(init.dims)) != 1:
+        return None
+    return float(numpy_helper.to_array(init).reshape(()))
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The standard domain's opset version the model imports (0 when it imports none)."""
+    return max((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), default=0)
