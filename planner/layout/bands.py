@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from planner.layout.exact import ExactOptions, decide_component
 from planner.layout.instance import LayoutInstance
 from planner.layout.intervals import time_components
 from planner.layout.tiling import reduce_tiling
+
+if TYPE_CHECKING:  # OR-Tools' cp_model imports pandas (~0.6 s): imported where a model is built
+    pass
 
 # CP-SAT's turn on each part before it is split; the band model's time; bands tried per part
 _PART_SECONDS = 0.3
@@ -53,6 +56,8 @@ def find_band(instance: LayoutInstance, members: np.ndarray, excluded: list[set[
     instead (dozens of buffers each), CP-SAT took up to 4 s to find a band of a glued tight
     450-buffer instance; this way at most 0.07 s on each of the ten seeds that has one, and at
     most 0.3 s to prove that the others have none (measured)."""
+    from ortools.sat.python import cp_model
+
     model = cp_model.CpModel()
     chosen = {i: model.new_bool_var(f"x{i}") for i in members.tolist()}
     step = int(instance.step[members].max())

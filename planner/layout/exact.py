@@ -22,14 +22,17 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from planner.layout.instance import LayoutInstance
 from planner.layout.intervals import maximal_cross_sections, overlapping_in_time
 from planner.layout.reductions import push_down, stackable
 from planner.layout.tiling import Boundary
+
+if TYPE_CHECKING:  # OR-Tools' cp_model imports pandas (~0.6 s): imported where a model is built
+    from ortools.sat.python import cp_model
 
 # total size of all cross-sections above which one NoOverlap2D replaces them
 _SECTION_BUDGET_PER_BUFFER = 40
@@ -204,6 +207,8 @@ def _add_bottom_left_search(
         "earliest_first": (members, -size, lower),
         "latest_first": (members, -size, -instance.upper[members]),
     }[ties]
+    from ortools.sat.python import cp_model
+
     order = members[np.lexsort(keys)]
     m.model.add_decision_strategy(
         [m.var[i] for i in order.tolist()], cp_model.CHOOSE_LOWEST_MIN, cp_model.SELECT_MIN_VALUE
@@ -223,6 +228,8 @@ def _build(
     instance: LayoutInstance, members: np.ndarray, *, floor: int, upper: int,
     hint: dict[int, int] | None, minimize: bool, boundaries: Sequence[Boundary] = (),
 ) -> _Model:
+    from ortools.sat.python import cp_model
+
     span_lo = int(instance.lower[members].min())
     span_hi = int(instance.upper[members].max())
     obstacles = overlapping_in_time(
@@ -257,6 +264,8 @@ def _run(
     seconds: float, workers: int, seed: int, decide: bool, fixed_search: bool = False,
     deterministic: float | None = None,
 ) -> ExactResult:
+    from ortools.sat.python import cp_model
+
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.num_workers = max(1, workers)

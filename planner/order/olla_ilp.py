@@ -40,8 +40,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING
 
 from planner.ir.graph import Graph
 from planner.memory.sharing import state_updates
@@ -53,14 +52,8 @@ from planner.order.heuristics import (
     topological_sort,
 )
 
-STATUS_NAMES = {
-    cp_model.OPTIMAL: "OPTIMAL",
-    cp_model.FEASIBLE: "FEASIBLE",
-    cp_model.INFEASIBLE: "INFEASIBLE",
-    cp_model.MODEL_INVALID: "MODEL_INVALID",
-    cp_model.UNKNOWN: "UNKNOWN",
-}
-
+if TYPE_CHECKING:  # OR-Tools' cp_model imports pandas (~0.6 s): imported where a model is built
+    from ortools.sat.python import cp_model
 
 @dataclass(frozen=True)
 class ProblemTensor:
@@ -217,6 +210,8 @@ def solve_lifetime_problem(
     workers: int = 1,
     seed: int = 0,
 ) -> ProblemSolution:
+    from ortools.sat.python import cp_model
+
     started = time.perf_counter()
     steps = problem.steps
     model = cp_model.CpModel()
@@ -261,12 +256,12 @@ def solve_lifetime_problem(
     status = solver.solve(model)
     seconds = time.perf_counter() - started
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return ProblemSolution(None, STATUS_NAMES.get(status, "UNKNOWN"), None,
+        return ProblemSolution(None, solver.status_name(status), None,
                                int(solver.best_objective_bound), seconds, variables)
     step_of = [next(t for t, c in by_step.items() if solver.boolean_value(c)) for by_step in create]
     return ProblemSolution(
         step_of=step_of,
-        status=STATUS_NAMES[status],
+        status=solver.status_name(status),
         objective=int(solver.objective_value),
         bound=int(solver.best_objective_bound),
         seconds=seconds,

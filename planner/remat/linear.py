@@ -12,8 +12,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ortools.sat.python import cp_model
+if TYPE_CHECKING:  # OR-Tools' cp_model imports pandas (~0.6 s): imported where a model is built
+    pass
+
 
 _INF = 1 << 60
 DETERMINISTIC_SHARE = 0.2
@@ -106,6 +109,8 @@ def solve_cpsat(
     lm: LinearModel, *, time_limit: float, workers: int = 1, seed: int = 0,
     hint: Mapping[int, int] | None = None, extra: Iterable[tuple[str, object]] = (),
 ) -> CpResult:
+    from ortools.sat.python import cp_model
+
     started = time.perf_counter()
     model = cp_model.CpModel()
     xs = [model.new_bool_var(name) if (lo, hi) == (0, 1) else model.new_int_var(lo, hi, name)
