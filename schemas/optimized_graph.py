@@ -12,13 +12,19 @@ Planner and runtime must agree on that graph to the byte: plan op ids index its 
 `optimized_model` here (the runtime imports nothing of the planner), and the plan names the
 sha256 of its result (`OptimizedGraph.sha256`) next to that of the model the user sent (from
 which plan ids are computed). The function is ONNX Runtime's own rewrite, saved with
-`SessionOptions.optimized_model_filepath`, with three changes: the copy nodes the CUDA provider
-inserts between providers (MemcpyFromHost / MemcpyToHost) are removed, since the plan places
-values and copies them itself; and a weight gradient's matrix product is folded into its SGD
-update (schemas.update_fusion), which ONNX Runtime does not do and which takes the gradient's
-bytes out of the step; and the cross-entropy gradient is written over the softmax instead of
-beside a logits-sized one-hot matrix (schemas.loss_fusion), which takes one logits-sized buffer
-out of the step's peak. Another ONNX Runtime version may rewrite differently; the
+`SessionOptions.optimized_model_filepath`, then changed by rewrites of ours (each leaves a graph
+it does not match byte for byte):
+
+- the copy nodes the CUDA provider inserts between providers (MemcpyFromHost / MemcpyToHost) are
+  removed, since the plan places values and copies them itself;
+- a weight gradient's matrix product is folded into its SGD update (schemas.update_fusion),
+  which ONNX Runtime does not do and which takes the gradient's bytes out of the step;
+- the cross-entropy gradient is written over the softmax instead of beside a logits-sized
+  one-hot matrix (schemas.loss_fusion), which takes one logits-sized buffer out of the peak;
+- the 1x1 MaxPool torch's export runs only to learn each plane's flat index offset becomes those
+  offsets as a constant (schemas.pool_offsets).
+
+Another ONNX Runtime version may rewrite differently; the
 digest then differs and the runtime refuses the plan with both versions named.
 """
 
@@ -33,6 +39,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.loss_fusion import fuse_cross_entropy_gradients
+from schemas.pool_offsets import fold_pool_offsets
 from schemas.update_fusion import fuse_sgd_updates
 
 GraphOptimization = Literal["disable", "basic", "extended"]
@@ -127,7 +134,11 @@ def optimized_model(data: bytes, level: Literal["basic", "extended"], providers:
                 f"ONNX Runtime has no {', '.join(missing)} on this machine, so it cannot optimize "
                 "the graph for it")
         written = path.read_bytes()
-    return fuse_cross_entropy_gradients(fuse_sgd_updates(_without_copy_nodes(written)))
+    rewrites = (_without_copy_nodes, fuse_sgd_updates, fuse_cross_entropy_gradients,
+                fold_pool_offsets)
+    for rewrite in rewrites:
+        written = rewrite(written)
+    return written
 
 
 def rebuild(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int] | None) -> bytes:
