@@ -144,7 +144,8 @@ def optimized_model(data: bytes, level: Literal["basic", "extended"], providers:
 def rebuild(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int] | None) -> bytes:
     """The optimized graph a plan was made for, rebuilt from the model as sent: the planner's
     and the runtime's one check. A rewrite this ONNX Runtime cannot make, or one into another
-    graph, raises GraphOptimizationError naming both ONNX Runtime versions."""
+    graph, raises GraphOptimizationError naming both ONNX Runtime versions (the graph also
+    changes with our own rewrites, so with the arenaplan that made the plan)."""
     data_out = optimized_model(data, recorded.level, recorded.providers, dims)
     digest = hashlib.sha256(data_out).hexdigest()
     if digest != recorded.sha256:
@@ -152,7 +153,8 @@ def rebuild(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int] | Non
             f"the plan was made for ONNX Runtime {recorded.onnxruntime_version}'s "
             f"{recorded.level} rewrite of this model (sha256 {recorded.sha256[:12]}...), but "
             f"ONNX Runtime {onnxruntime_version()} here rewrites it into another graph (sha256 "
-            f"{digest[:12]}...); plan again with this ONNX Runtime, or use that version")
+            f"{digest[:12]}...), or another arenaplan made the plan; plan again with this "
+            "ONNX Runtime and arenaplan, or use the ones that made it")
     return data_out
 
 

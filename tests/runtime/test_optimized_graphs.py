@@ -119,7 +119,7 @@ def test_a_digest_mismatch_is_refused_by_the_runtime(tmp_path, capsys):
     path = tmp_path / "plan.json"
     path.write_text(plan.model_dump_json())
     assert main(["run", str(model_path("mlp_sgd")), "--plan", str(path)]) == 2
-    assert "plan again with this ONNX Runtime" in capsys.readouterr().err
+    assert "plan again with this ONNX Runtime and arenaplan" in capsys.readouterr().err
 
 
 def test_a_digest_mismatch_is_refused_by_the_planner():
