@@ -30,6 +30,9 @@ SECTIONS = {
 
 # Tables a bench writes besides its results.md: (title, table relative to bench/, runner module).
 EXTRA = [
+    ("Memory: plans at the issue-13 targets (0.8x PyTorch eager, 0.5x ONNX Runtime) as a "
+     "budget, with recomputation where needed (issue 13)", "memory/targets.md",
+     "bench.memory.run_target_bench"),
     ("Runtime: the real planner's plans at 100%, 50% and the minimum budget vs ONNX Runtime "
      "(issue 6)", "runtime/remat_check.md", "bench.runtime.check_remat_plans"),
     ("Runtime: plans of ONNX Runtime's optimized graph vs its default session (issue 16)",

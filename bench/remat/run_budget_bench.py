@@ -25,14 +25,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.memory.models import CASES, export
 from planner.errors import InfeasibleError
-from planner.ir.graph import load_graph
+from planner.ir.graph import Graph, load_graph
 from planner.pipeline import plan_graph
 from planner.profile import QUICK_POLICY, profile_graph
 from schemas.plan import ComputeStep, Plan, PlanRequest
+from schemas.profile import Profile
 from tests.support.fixture_zoo import REQUIRED, model_path
 
 HERE = Path(__file__).parent
@@ -48,50 +50,74 @@ def model_file(name: str) -> Path:
     return export(name) if name in CASES else model_path(name)
 
 
-def bench_model(name: str, time_limit: float, steps: int, tmp: Path) -> dict:
+@dataclass(frozen=True)
+class KeepEverything:
+    """A model as the CLI plans it, its CPU profile and its keep-everything plan (saved at
+    `plan_path` for the runtime), which every budget's plan is compared with."""
+
+    name: str
+    path: Path
+    graph: Graph
+    profile: Profile
+    plan: Plan
+    plan_path: Path
+
+
+def keep_everything(name: str, tmp: Path) -> KeepEverything:
     path = model_file(name)
     graph = load_graph(path, optimization=LEVEL)
     profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
     everything = sum(t.nbytes for t in graph.tensors) * 2
     keep = plan_graph(graph, PlanRequest(budgets={"cpu": everything}, profile=profile,
                                          time_limit_s=30, graph_optimization=LEVEL))
-    device = keep.devices[0]
-    persistent, arena = device.persistent_bytes, device.arena_bytes
     keep_path = tmp / f"{name}.keep.json"
     keep_path.write_text(keep.model_dump_json())
-    entry = {"model": name, "ops": len(graph.ops), "persistent_bytes": persistent,
-             "keep_arena_bytes": arena, "keep_predicted_s": keep.predicted_seconds,
+    return KeepEverything(name, path, graph, profile, keep, keep_path)
+
+
+def plan_at(keep: KeepEverything, budget: int, time_limit: float, steps: int, tmp: Path
+            ) -> dict:
+    """Our whole request at `budget` bytes, timed; the plan run beside the keep-everything plan
+    (see measure); a refusal's status and smallest feasible budget instead."""
+    request = PlanRequest(budgets={"cpu": budget}, profile=keep.profile, time_limit_s=time_limit,
+                          workers=2, graph_optimization=LEVEL)
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    row: dict = {"budget_bytes": budget, "load": round(load, 1)}
+    try:
+        plan = plan_graph(keep.graph, request)
+    except InfeasibleError as exc:
+        row.update(wall_s=round(time.perf_counter() - started, 2), status="INFEASIBLE"
+                   if exc.is_lower_bound else "UNKNOWN",
+                   smallest_feasible=exc.smallest_feasible, reason=str(exc)[:300])
+        return row
+    row["wall_s"] = round(time.perf_counter() - started, 2)
+    remat = next((s for s in plan.solvers if s.phase == "remat"), None)
+    row.update(
+        status=remat.status if remat else "OPTIMAL",
+        method=remat.method if remat else "keep-all",
+        gap=remat.gap if remat else 0.0,
+        bound_s=remat.bound if remat else keep.plan.predicted_seconds,
+        predicted_s=plan.predicted_seconds, arena_bytes=plan.devices[0].arena_bytes,
+        overhead=round(plan.predicted_seconds / keep.plan.predicted_seconds, 4),
+        recomputes=sum(1 for s in plan.steps if isinstance(s, ComputeStep) and s.recompute),
+    )
+    plan_path = tmp / f"{keep.name}.{budget}.json"
+    plan_path.write_text(plan.model_dump_json())
+    row["measured"] = measure(keep.path, keep.plan_path, plan_path, steps)
+    return row
+
+
+def bench_model(name: str, time_limit: float, steps: int, tmp: Path) -> dict:
+    keep = keep_everything(name, tmp)
+    device = keep.plan.devices[0]
+    persistent, arena = device.persistent_bytes, device.arena_bytes
+    entry = {"model": name, "ops": len(keep.graph.ops), "persistent_bytes": persistent,
+             "keep_arena_bytes": arena, "keep_predicted_s": keep.plan.predicted_seconds,
              "budgets": {}}
     for share in SHARES:
         budget = int(persistent + share * (arena - persistent))
-        request = PlanRequest(budgets={"cpu": budget}, profile=profile, time_limit_s=time_limit,
-                              workers=2, graph_optimization=LEVEL)
-        load = os.getloadavg()[0]
-        started = time.perf_counter()
-        row: dict = {"budget_bytes": budget, "load": round(load, 1)}
-        try:
-            plan = plan_graph(graph, request)
-        except InfeasibleError as exc:
-            row.update(wall_s=round(time.perf_counter() - started, 2), status="INFEASIBLE"
-                       if exc.is_lower_bound else "UNKNOWN",
-                       smallest_feasible=exc.smallest_feasible, reason=str(exc)[:300])
-            entry["budgets"][f"{int(share * 100)}%"] = row
-            continue
-        row["wall_s"] = round(time.perf_counter() - started, 2)
-        remat = next((s for s in plan.solvers if s.phase == "remat"), None)
-        row.update(
-            status=remat.status if remat else "OPTIMAL",
-            method=remat.method if remat else "keep-all",
-            gap=remat.gap if remat else 0.0,
-            bound_s=remat.bound if remat else keep.predicted_seconds,
-            predicted_s=plan.predicted_seconds, arena_bytes=plan.devices[0].arena_bytes,
-            overhead=round(plan.predicted_seconds / keep.predicted_seconds, 4),
-            recomputes=sum(1 for s in plan.steps if isinstance(s, ComputeStep) and s.recompute),
-        )
-        plan_path = tmp / f"{name}.{int(share * 100)}.json"
-        plan_path.write_text(plan.model_dump_json())
-        row["measured"] = measure(path, keep_path, plan_path, steps)
-        entry["budgets"][f"{int(share * 100)}%"] = row
+        entry["budgets"][f"{int(share * 100)}%"] = plan_at(keep, budget, time_limit, steps, tmp)
     return entry
 
 
