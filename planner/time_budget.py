@@ -19,11 +19,17 @@ from dataclasses import dataclass, field
 # overrun the issue allows (5%, and 1 s under 20 s).
 PHASE_FLOOR_S = 1.0
 PHASE_FLOOR_SHARE = 0.1
-# Seconds per op of the graph that the pipeline keeps back for building and validating the last
-# plan (planner.plan: the replay, the buffers and steps, the independent validation), which no
-# time limit shortens: 0.9-1.3 s on the 20,000-op chain on the development machine's two shared
-# cores, its layout left out.
-FINISH_S_PER_OP = 60e-6
+# Seconds per op and per tensor of the graph that the pipeline keeps back for building and
+# validating the last plan (planner.plan: the replay, the buffers and steps, the kernel
+# workspace, the independent validation), which no time limit shortens, its layout left out.
+# Both walk the plan's steps (each computation, recomputations too, and each free): a remat
+# schedule at persistent + half the activations has 1.2-1.6 steps per op and tensor, and the
+# development machine's two shared cores take 27-70 us a step (idle to busy). GPT-2-small
+# (4,246 ops, 4,778 tensors; 14,290 steps unfilled at 5 s): 0.50-0.55 s idle; MobileNetV2
+# (4,415, 5,002; 11,597): 0.7-0.8 s busy; the 20,000-op chain (20,001, 20,003; 48,711):
+# 1.3-2.4 s. Kept per op alone (60 us), 0.25 s for GPT-2-small made its 5 s requests take
+# 6.3-6.7 s.
+FINISH_S_PER_VALUE = 60e-6
 
 # Layout time limits: the keep-everything arena when remat is certainly needed anyway, and when
 # the budget leaves room above its live bytes, a remat schedule's arenas, a runner-up
@@ -109,12 +115,13 @@ class TimeBudget:
     reserve_s: float = 0.0
 
     @classmethod
-    def for_graph(cls, limit_s: float, n_ops: int, started: float | None = None
-                  ) -> TimeBudget:
-        """The clock of a request on a graph of `n_ops` ops, keeping FINISH_S_PER_OP per op,
-        started at `started` (perf_counter; now by default)."""
+    def for_graph(cls, limit_s: float, n_ops: int, n_tensors: int,
+                  started: float | None = None) -> TimeBudget:
+        """The clock of a request on a graph of `n_ops` ops and `n_tensors` tensors, keeping
+        FINISH_S_PER_VALUE per op and per tensor, started at `started` (perf_counter; now by
+        default)."""
         return cls(limit_s, started=time.perf_counter() if started is None else started,
-                   reserve_s=FINISH_S_PER_OP * n_ops)
+                   reserve_s=FINISH_S_PER_VALUE * (n_ops + n_tensors))
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

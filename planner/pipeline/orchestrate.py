@@ -104,7 +104,8 @@ def plan_graph_costed(graph: Graph, request: PlanRequest, *,
 def _plan_graph_costed(graph: Graph, request: PlanRequest,
                        progress: ProgressCallback | None, started: float) -> Costed:
     # the phases share the limit less what building and validating the plan will take
-    clock = TimeBudget.for_graph(request.time_limit_s, len(graph.ops), started=started)
+    clock = TimeBudget.for_graph(request.time_limit_s, len(graph.ops), len(graph.tensors),
+                                 started=started)
     notify = progress or (lambda phase, info: None)
     _check_profile(graph, request)
     check_above_lower_bound(graph, request)

@@ -13,8 +13,12 @@ the estimated live-bytes curve (numpy, per device) stays within the budget over 
 rebuilds the schedule (dead recomputations of the dropped ones' inputs go too:
 planner.memory.schedule.drop_dead_recomputations) and replays it exactly. When the replay
 overshoots, the longest prefix of the accepted drops that fits is found by bisection. Rounds
-repeat on the new schedule until nothing more fits or the deadline passes. Every schedule it
+repeat on the new schedule until nothing more fits or the deadline comes. Every schedule it
 returns was replayed within the budgets: the pass never makes a schedule slower or over budget.
+
+No step starts that its last duration (`Pace`) says cannot end by the deadline: a round of
+GPT-2-small (a replay, then an attempt: rebuilding and simulating the schedule) takes 0.15-0.3 s,
+and a round started just before the deadline made its 5 s requests 0.3 s late.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ from planner.memory.sharing import VIEW_OPS
 from planner.memory.simulate import ScheduleStats, simulate
 from planner.profile.costs import CostTable
 
+# An attempt (rebuilding the schedule, then simulating it) lasts about this many replays of the
+# schedule before one is timed (GPT-2-small: attempts of 0.12-0.16 s, replays of 0.08 s).
+ATTEMPT_REPLAYS = 2.0
+
 
 @dataclass(frozen=True)
 class Drop:
@@ -58,6 +66,27 @@ class Drop:
         return self.seconds / max(self.nbytes, 1)
 
 
+@dataclass
+class Pace:
+    """How long the fill's steps last on one graph (0: not timed yet). The fills of one search
+    share it (their schedules are of similar length): a step is started only when its expected
+    duration ends before the deadline."""
+
+    replay_s: float = 0.0
+    attempt_s: float = 0.0
+
+    def attempt(self) -> float:
+        """An attempt's expected seconds: the last one's, else ATTEMPT_REPLAYS replays."""
+        return self.attempt_s or ATTEMPT_REPLAYS * self.replay_s
+
+    def round_fits(self, deadline: float) -> bool:
+        """Whether a round (a replay, then at least one attempt) started now ends in time."""
+        return _ends_before(self.replay_s + self.attempt(), deadline)
+
+    def attempt_fits(self, deadline: float) -> bool:
+        return _ends_before(self.attempt(), deadline)
+
+
 @dataclass(frozen=True)
 class Filled:
     schedule: Schedule
@@ -68,22 +97,31 @@ class Filled:
 
 def fill_budget(graph: Graph, schedule: Schedule, stats: ScheduleStats,
                 budgets: Mapping[str, int], costs: CostTable, *, alignment: int,
-                deadline: float) -> Filled:
+                deadline: float, start_by: float | None = None, pace: Pace | None = None
+                ) -> Filled:
     """`schedule` with as many recomputations dropped as fit `budgets` (see the module doc).
 
     `stats` is the schedule's replay (simulate with `costs` and `alignment`); the result is
-    never slower and always within the budgets when `schedule` is."""
+    never slower and always within the budgets when `schedule` is. No step starts that `pace`
+    (the durations timed by earlier fills of this graph, updated with this one's) says cannot
+    end before `deadline`, and no round or bisection step after `start_by` (the deadline by
+    default; earlier for one of several fills sharing the time)."""
+    pace = pace or Pace()
+    start_by = deadline if start_by is None else min(start_by, deadline)
     best = Filled(schedule, stats, 0, 0)
     refused: set[tuple[int, int]] = set()  # (op, how many times it ran before): drops that broke
-    while time.perf_counter() < deadline:
+    while time.perf_counter() < start_by and pace.round_fits(deadline):
+        started = time.perf_counter()
         walk = replay(graph, best.schedule)
+        # A schedule just simulated replays at once (the walk kept): no measure of the next.
+        pace.replay_s = max(pace.replay_s, time.perf_counter() - started)
         names = _identities(best.schedule.events)
         drops = [d for d in _drops(walk, costs, alignment) if names[d.event] not in refused]
         accepted = _accept(drops, walk, budgets, alignment)
-        if not accepted:
+        if not accepted or not pace.attempt_fits(deadline):
             return best
         fitted = _longest_fitting(graph, best.schedule, accepted, budgets, costs, alignment,
-                                  deadline)
+                                  (start_by, deadline), pace)
         count = fitted[0] if fitted is not None else 0
         if count < len(accepted):
             refused.add(names[accepted[count].event])
@@ -147,11 +185,13 @@ def _accept(drops: Sequence[Drop], walk: Replay, budgets: Mapping[str, int],
 
 def _longest_fitting(graph: Graph, schedule: Schedule, accepted: Sequence[Drop],
                      budgets: Mapping[str, int], costs: CostTable, alignment: int,
-                     deadline: float) -> tuple[int, Filled] | None:
+                     until: tuple[float, float], pace: Pace) -> tuple[int, Filled] | None:
     """(k, schedule) for the largest k such that dropping accepted[:k] replays within the
-    budgets, by bisection (all of them first); None when not even the first one fits."""
+    budgets, by bisection (all of them first: the caller saw it fit); None when not even the
+    first one fits. `until`: fill_budget's (start_by, deadline) for the bisection's steps."""
 
     def attempt(k: int) -> Filled | None:
+        started = time.perf_counter()
         dropped = {d.event for d in accepted[:k]}
         kept: list[Event] = [e for i, e in enumerate(schedule.events)
                              if i not in dropped and not isinstance(e, Free)]
@@ -159,13 +199,15 @@ def _longest_fitting(graph: Graph, schedule: Schedule, accepted: Sequence[Drop],
         rebuilt = Schedule(tuple(free_after_last_read(graph, live, schedule.home)),
                            schedule.home)
         stats = simulate(graph, rebuilt, costs, alignment=alignment)
+        pace.attempt_s = time.perf_counter() - started
         return Filled(rebuilt, stats, 0, k) if stats.fits(dict(budgets)) else None
 
     whole = attempt(len(accepted))
     if whole is not None:
         return len(accepted), whole
     low, high, found = 0, len(accepted), None  # accepted[:low] fits; accepted[:high] does not
-    while high - low > 1 and time.perf_counter() < deadline:
+    start_by, deadline = until
+    while high - low > 1 and time.perf_counter() < start_by and pace.attempt_fits(deadline):
         middle = (low + high) // 2
         result = attempt(middle)
         if result is not None:
@@ -185,6 +227,10 @@ def _identities(events: Sequence[Event]) -> dict[int, tuple[int, int]]:
             names[index] = (event.op, runs.get(event.op, 0))
             runs[event.op] = runs.get(event.op, 0) + 1
     return names
+
+
+def _ends_before(seconds: float, deadline: float) -> bool:
+    return time.perf_counter() + seconds < deadline
 
 
 def _aligned(nbytes: int, alignment: int) -> int:

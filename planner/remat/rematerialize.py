@@ -31,7 +31,7 @@ from planner.remat.configure import base_reductions, configure, home_device
 from planner.remat.decision import Decision, evaluate
 from planner.remat.emit import emit_schedule
 from planner.remat.evict import LATE, OTHER_ORDER, Evictions, evict_candidates, source_orders
-from planner.remat.fill import fill_budget
+from planner.remat.fill import Pace, fill_budget
 from planner.remat.heuristics import Candidate, heuristic_candidates, replay
 from planner.remat.lp_rounding import lp_rounding
 from planner.remat.problem import Reduction, RematProblem
@@ -378,30 +378,35 @@ def _crossing(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int
 def _filled(graph: Graph, candidates: Sequence[Candidate], budget_bytes: Mapping[str, int],
             costs: CostTable, memory_unit: int, deadline: float) -> list[Candidate]:
     """The FILLED fastest candidates that recompute, with the recomputations the budget can
-    afford dropped (planner.remat.fill), each given an equal share of the time left; then the
-    source of the fastest result filled again to FILL_MARGINS below the budget: filled right up
-    to it, a schedule leaves the layout no room to fragment, and a runner-up a little slower
-    then beats one much slower (planner.pipeline.fit). All candidates, fastest first."""
+    afford dropped (planner.remat.fill), each given an equal share of the time left to start
+    rounds in; then the source of the fastest result filled again to FILL_MARGINS below the
+    budget: filled right up to it, a schedule leaves the layout no room to fragment, and a
+    runner-up a little slower then beats one much slower (planner.pipeline.fit). No fill starts
+    once a round, as long as the last one took, would end past the deadline (GPT-2-small's
+    rounds take 0.15-0.3 s). All candidates, fastest first."""
     out = list(candidates)
     sources = _by_family([c for c in candidates if c.stats.recomputes])[:FILLED]
     margins = [(1 - m, f"fill-{m:g}") for m in FILL_MARGINS]
+    pace = Pace()
+
+    def fill(candidate: Candidate, share: float, label: str, parts: int) -> Candidate | None:
+        now = time.perf_counter()
+        return _fill(graph, candidate, budget_bytes, share, label, costs, memory_unit,
+                     (now + (deadline - now) / parts, deadline), pace)
+
     best: tuple[float, Candidate] | None = None
     for k, candidate in enumerate(sources):
-        left = deadline - time.perf_counter()
-        if left <= 0:
+        if not pace.round_fits(deadline):
             break
-        filled = _fill(graph, candidate, budget_bytes, 1.0, "fill", costs, memory_unit,
-                       time.perf_counter() + left / (len(sources) + len(margins) - k))
+        filled = fill(candidate, 1.0, "fill", len(sources) + len(margins) - k)
         result = filled or candidate
         if best is None or result.seconds < best[0]:
             best = (result.seconds, candidate)
         out.extend([filled] if filled else [])
     for k, (share, label) in enumerate(margins if best else ()):
-        left = deadline - time.perf_counter()
-        if best is None or left <= 0:
+        if best is None or not pace.round_fits(deadline):
             break
-        filled = _fill(graph, best[1], budget_bytes, share, label, costs, memory_unit,
-                       time.perf_counter() + left / (len(margins) - k))
+        filled = fill(best[1], share, label, len(margins) - k)
         out.extend([filled] if filled else [])
     return sorted(out, key=lambda c: c.seconds)
 
@@ -420,14 +425,17 @@ def _by_family(candidates: Sequence[Candidate]) -> list[Candidate]:
 
 
 def _fill(graph: Graph, candidate: Candidate, budget_bytes: Mapping[str, int], share: float,
-          label: str, costs: CostTable, memory_unit: int, deadline: float) -> Candidate | None:
+          label: str, costs: CostTable, memory_unit: int, until: tuple[float, float],
+          pace: Pace) -> Candidate | None:
     """`candidate` filled to `share` of the budgets, named after it; None when it does not fit
-    there or nothing could be dropped."""
+    there or nothing could be dropped. `until`: fill_budget's (start_by, deadline)."""
     target = {d: int(b * share) for d, b in budget_bytes.items()}
     if not candidate.stats.fits(target):
         return None
+    start_by, deadline = until
     filled = fill_budget(graph, candidate.schedule, candidate.stats, target, costs,
-                         alignment=memory_unit, deadline=deadline)
+                         alignment=memory_unit, deadline=deadline, start_by=start_by,
+                         pace=pace)
     if not filled.dropped:
         return None
     return replace(candidate, name=f"{candidate.name}+{label}", schedule=filled.schedule,

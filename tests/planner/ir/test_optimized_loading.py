@@ -24,7 +24,7 @@ from schemas.optimized_graph import (
     optimized_model,
     providers_for,
 )
-from tests.support.fixture_zoo import model_path
+from tests.support.fixture_zoo import fixture_names, model_path
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
@@ -102,6 +102,18 @@ def test_the_rewrite_is_the_same_bytes_every_time():
     digests = {hashlib.sha256(optimized_model(data, "extended", [CPU_PROVIDER])).hexdigest()
                for _ in range(2)}
     assert len(digests) == 1
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_the_rewrite_needs_no_data_propagation(name):
+    """The rewrite is shape-inferred without propagating data (0.17 s of GPT-2-small's 0.22 s
+    of inference): it carries every shape propagated into the model as sent, so propagating
+    again changes nothing."""
+    data = optimized_model(model_path(name).read_bytes(), "extended", [CPU_PROVIDER])
+    proto = load_checked_model(data, optimized=True).proto
+    again = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True,
+                                              data_prop=True)
+    assert again.SerializeToString() == proto.SerializeToString()
 
 
 def test_a_rewrite_that_loses_a_state_output_is_refused():
