@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
+from functools import cached_property
 
 import numpy as np
 import onnx
@@ -22,19 +23,39 @@ Shape = tuple[int, tuple[int, ...]]  # (element type, static dims)
 
 class GraphIndex:
     """Lookups over one graph that a pattern match needs: static shapes, producers, how often a
-    value is read, initializers by name."""
+    value is read, initializers by name. Each is built when first asked for: a rewrite whose
+    pattern the graph lacks asks for none (each took 20-70 ms on GPT-2-small's 4,245 nodes)."""
 
     def __init__(self, graph: onnx.GraphProto):
         self.graph = graph
-        self.shapes = static_shapes(graph)
-        self.initializers = {i.name: i for i in graph.initializer}
-        self.reads = Counter(name for node in graph.node for name in node.input if name)
-        self.outputs = {v.name for v in graph.output}
-        self.producer = {out: k for k, node in enumerate(graph.node) for out in node.output}
-        self._readers: dict[str, list[int]] = {}
-        for k, node in enumerate(graph.node):
+
+    @cached_property
+    def shapes(self) -> dict[str, Shape]:
+        return static_shapes(self.graph)
+
+    @cached_property
+    def initializers(self) -> dict[str, TensorProto]:
+        return {i.name: i for i in self.graph.initializer}
+
+    @cached_property
+    def reads(self) -> Counter[str]:
+        return Counter(name for node in self.graph.node for name in node.input if name)
+
+    @cached_property
+    def outputs(self) -> set[str]:
+        return {v.name for v in self.graph.output}
+
+    @cached_property
+    def producer(self) -> dict[str, int]:
+        return {out: k for k, node in enumerate(self.graph.node) for out in node.output}
+
+    @cached_property
+    def _readers(self) -> dict[str, list[int]]:
+        readers: dict[str, list[int]] = {}
+        for k, node in enumerate(self.graph.node):
             for name in dict.fromkeys(node.input):
-                self._readers.setdefault(name, []).append(k)
+                readers.setdefault(name, []).append(k)
+        return readers
 
     def once(self, name: str) -> bool:
         """Read by exactly one node and not a graph output: the value may disappear with it."""

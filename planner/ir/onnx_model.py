@@ -60,6 +60,17 @@ def read_model_bytes(source: str | Path | bytes) -> bytes:
         raise NotOnnxError(f"model path is a directory, not an ONNX file: {path}") from None
 
 
+@dataclass(frozen=True)
+class CheckedStructure:
+    """A model whose structure passed every check (versions, external data, ops, cycles, the
+    ONNX checker), its shapes not yet inferred: safe to hand to ONNX Runtime."""
+
+    proto: ModelProto
+    sha256: str
+    opset: int
+    optimized: bool
+
+
 def load_checked_model(data: bytes, dims: Mapping[str, int] | None = None, *,
                        optimized: bool = False) -> LoadedModel:
     """Parse, validate and shape-infer a model; bind symbolic dimensions from `dims`.
@@ -68,6 +79,11 @@ def load_checked_model(data: bytes, dims: Mapping[str, int] | None = None, *,
     (schemas.optimized_graph), which may hold its fused ops; a model as sent holds standard ops.
     Raises the specific `planner.errors` type for each way a model can be unusable.
     """
+    return shaped(check_structure(data, optimized=optimized), dims)
+
+
+def check_structure(data: bytes, *, optimized: bool = False) -> CheckedStructure:
+    """The first half of load_checked_model: every check but shape inference."""
     proto = _parse(data)
     opset = _check_versions(proto)
     _refuse_external_data(proto)
@@ -77,9 +93,15 @@ def load_checked_model(data: bytes, dims: Mapping[str, int] | None = None, *,
     _sort_topologically_or_refuse_cycles(proto.graph)
     _refuse_negative_dims(proto.graph)
     _run_checker(proto)
-    _bind_dims(proto, dict(dims or {}))
-    proto = _infer_shapes(proto, data_prop=not optimized)
-    return LoadedModel(proto=proto, sha256=hashlib.sha256(data).hexdigest(), opset=opset)
+    return CheckedStructure(proto, hashlib.sha256(data).hexdigest(), opset, optimized)
+
+
+def shaped(checked: CheckedStructure, dims: Mapping[str, int] | None = None) -> LoadedModel:
+    """The second half of load_checked_model: `dims` bound, shapes inferred (strictly). Changes
+    `checked.proto`."""
+    _bind_dims(checked.proto, dict(dims or {}))
+    proto = _infer_shapes(checked.proto, data_prop=not checked.optimized)
+    return LoadedModel(proto=proto, sha256=checked.sha256, opset=checked.opset)
 
 
 def _parse(data: bytes) -> ModelProto:

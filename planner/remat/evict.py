@@ -536,11 +536,12 @@ def evict_candidates(graph: Graph, orders: Sequence[Sequence[int]], device: str,
     fitting: list[Candidate] = []
     peaks: list[int] = []
     forms = _Forms(graph, orders)
+    sequence = ordered_for_eviction(graph, orders, budget)  # the same for every rule
     for k, rule in enumerate(RULES):
         if fitting and time.perf_counter() > deadline:
             break  # the next rule would run nothing
         share = (deadline - time.perf_counter()) / (len(RULES) - k)
-        found = _scan(graph, forms, device, budget, costs, alignment,
+        found = _scan(graph, forms, sequence, device, budget, costs, alignment,
                       time.perf_counter() + share, rule, first=not fitting)
         fitting += found.fitting
         peaks += [] if found.smallest_peak is None else [found.smallest_peak]
@@ -578,8 +579,8 @@ class _Forms:
         return self._late[number]
 
 
-def _scan(graph: Graph, forms: _Forms, device: str, budget: int, costs: CostTable,
-          alignment: int, deadline: float, rule: str, first: bool) -> _Found:
+def _scan(graph: Graph, forms: _Forms, sequence: Sequence[int], device: str, budget: int,
+          costs: CostTable, alignment: int, deadline: float, rule: str, first: bool) -> _Found:
     """One rule's replayed schedules within `budget`, and the smallest peak replayed. Each of
     the orders in turn (the next only when the ones before gave nothing: an order tuned for
     keeping everything can leave more than the budget that eviction cannot touch), evicting
@@ -591,11 +592,12 @@ def _scan(graph: Graph, forms: _Forms, device: str, budget: int, costs: CostTabl
     two evicts better depends on the graph, so their runs alternate), each at the FACTORS of the
     budget until a fitting schedule is SLOWEST_KEPT times slower than the first, a lower factor
     stops lowering the replayed peak, or `deadline` passes (with `first`, the first run always
-    completes). Orders that leave no room for eviction go last (ordered_for_eviction)."""
+    completes). The orders are tried in `sequence` (ordered_for_eviction: those that leave no
+    room for eviction go last)."""
     found = _Found()
     anywhere = recomputable_anywhere(graph)
     label = "" if rule == NEIGHBOURHOOD else f"-{rule}"
-    for number in ordered_for_eviction(graph, forms.orders, budget):
+    for number in sequence:
         order = forms.orders[number]
         forward, _ = forward_phase(graph, order, RematOptions())
         for scope in ("", "+bwd"):
