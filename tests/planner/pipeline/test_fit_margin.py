@@ -1,4 +1,5 @@
-"""A remat solve that no retry can follow leaves the layout room (planner.pipeline.fit).
+"""A remat solve that no retry can follow leaves the layout room (planner.pipeline.fit), and so does
+the schedule laid out after it when a runner-up nearly as fast allows.
 
 The 20,000-op chain at a 2 s limit: the eviction schedule peaked 4 B under the 20,000 B
 budget, its quick layout 6 B above the peak, and the request was refused for 2 B with no time
@@ -11,13 +12,15 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import replace
 
 from planner.ir.graph_json import graph_from_node_link
 from planner.order import optimize_order
-from planner.pipeline.fit import LAST_CHANCE_MARGIN, RETRY_BEFORE, RematFit
+from planner.pipeline.fit import LAST_CHANCE_MARGIN, LATE_LAYOUT_MARGIN, RETRY_BEFORE, RematFit
 from planner.plan.validate import validate_plan
 from planner.profile.costs import costs_from_profile
 from planner.remat.bounds import crossing_bound
+from planner.remat.rematerialize import plan_remat
 from planner.remat.report import KEEP_ALL_FIGURES
 from planner.time_budget import TimeBudget
 from schemas.plan import PlanRequest
@@ -57,3 +60,30 @@ def test_with_time_for_a_retry_the_first_solve_aims_at_the_budget():
     assert asked[0] == {"cpu": BUDGET}
     assert plan.devices[0].arena_bytes <= BUDGET
     assert not any("of 1000 B" in n for n in plan.solvers[1].notes)
+
+
+def _full_and_roomy(clock: TimeBudget):
+    """A RematFit on the chain and a result whose best schedule claims to fill the budget
+    (its true peak leaves room) beside the same schedule, 0.1% slower, as a runner-up."""
+    graph, profile = graph_from_node_link(chain_json(random.Random(0), 1000), name="chain")
+    request = PlanRequest(budgets={"cpu": BUDGET}, profile=profile, alignment=1,
+                          time_limit_s=clock.limit_s)
+    order = optimize_order(graph, use_solver=False, time_limit=1)
+    costs = costs_from_profile(profile, graph, ["cpu"])
+    result = plan_remat(graph, order.order, {"cpu": int(BUDGET * 0.98)}, costs, time_limit=2,
+                        memory_unit=1)
+    real = result.best
+    assert real is not None and real.stats.peaks["cpu"] <= BUDGET * (1 - LATE_LAYOUT_MARGIN)
+    full = replace(real, name="full", stats=replace(real.stats, peaks={"cpu": BUDGET},
+                                                    seconds=real.seconds / 1.001))
+    fit = RematFit(graph, request, order, costs, "t", clock, keep_all_arena=None)
+    return fit, replace(result, best=full, alternatives=(real,)), real
+
+
+def test_with_no_retry_left_a_runner_up_leaving_room_is_laid_out_first():
+    fit, result, real = _full_and_roomy(TimeBudget(60.0))
+    built = fit._roomy_runner_up(result)
+    assert built is not None and built.plan.devices[0].arena_bytes <= BUDGET
+    assert built.plan.solvers[1].method == real.name
+    # a best schedule that leaves the room itself is laid out as it is
+    assert fit._roomy_runner_up(replace(result, best=real, alternatives=())) is None
