@@ -1,6 +1,7 @@
 """The planner's side of planning the graph ONNX Runtime would run (schemas.optimized_graph).
 
-`optimize_for_request` rewrites the model for the request's devices; `rebuild_recorded` makes the
+`optimize_for_request` rewrites the model for the request's devices (or reads the rewrite from
+the machine's cache, planner.ir.rewrite_cache); `rebuild_recorded` makes the
 graph a plan names again and refuses one whose digest differs. The training step's state is found
 in the model as sent (planner.ir.roles) and carried over by name: a fusion may put a
 non-elementwise op in a state's update chain (ONNX Runtime's basic level folds a momentum
@@ -17,12 +18,12 @@ from typing import Literal
 from onnx import ModelProto
 
 from planner.errors import OptimizedGraphError
+from planner.ir.rewrite_cache import cached_optimized_model
 from schemas.optimized_graph import (
     CPU_PROVIDER,
     GraphOptimizationError,
     OptimizedGraph,
     onnxruntime_version,
-    optimized_model,
     providers_for,
     rebuild,
 )
@@ -39,12 +40,12 @@ def optimize_for_request(data: bytes, level: Literal["basic", "extended"],
     """
     providers = providers_for(devices)
     try:
-        data_out = optimized_model(data, level, providers, dims)
+        data_out = cached_optimized_model(data, level, providers, dims)
     except GraphOptimizationError as exc:
         if providers == [CPU_PROVIDER]:
             raise OptimizedGraphError(f"{exc}; plan with graph optimization 'disable'") from None
         level, providers = "basic", [CPU_PROVIDER]
-        data_out = optimized_model(data, level, providers, dims)
+        data_out = cached_optimized_model(data, level, providers, dims)
     return data_out, OptimizedGraph(
         level=level, providers=providers, onnxruntime_version=onnxruntime_version(),
         sha256=hashlib.sha256(data_out).hexdigest(),

@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from planner.cache_dir import cache_dir
 from planner.errors import InvalidInputError
 
 CACHE_FILE_NAME = "profile-cache.sqlite"
@@ -49,13 +49,8 @@ CREATE TABLE IF NOT EXISTS machine_value (
 
 
 def default_cache_path() -> Path:
-    """`$ARENAPLAN_CACHE_DIR/profile-cache.sqlite`, else the user's cache dir
-    (`$XDG_CACHE_HOME` or `~/.cache`) under `arenaplan/`."""
-    env = os.environ.get("ARENAPLAN_CACHE_DIR")
-    if env:
-        return Path(env).expanduser() / CACHE_FILE_NAME
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "arenaplan" / CACHE_FILE_NAME
+    """`profile-cache.sqlite` in arenaplan's cache dir (planner.cache_dir)."""
+    return cache_dir() / CACHE_FILE_NAME
 
 
 @dataclass(frozen=True)

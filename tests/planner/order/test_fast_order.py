@@ -204,11 +204,13 @@ def test_shrink_early_runs_a_large_temporary_where_few_bytes_are_live():
 
 
 @pytest.fixture
-def pool_index_idiom_kept(monkeypatch):
+def pool_index_idiom_kept(monkeypatch, tmp_path):
     """ONNX Runtime's extended rewrite without ours that folds the max-pool index idiom (a 1x1
     MaxPool whose int64 indices give each plane's offset: schemas.pool_offsets), as a graph
-    from another exporter or rewrite may still have it."""
+    from another exporter or rewrite may still have it (in a cache of its own: the rewrites'
+    cache knows their source, not a function replaced at run time)."""
     monkeypatch.setattr(optimized_graph, "fold_pool_offsets", lambda data: data)
+    monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path))
 
 
 def test_the_max_pool_index_idiom_runs_before_the_saved_activations_pile_up(
@@ -222,7 +224,7 @@ def test_the_max_pool_index_idiom_runs_before_the_saved_activations_pile_up(
     assert result.method == "shrink_early" and result.peak_bytes < 0.9 * others
 
 
-def test_folding_the_max_pool_index_idiom_orders_lower_than_running_it_early():
+def test_folding_the_max_pool_index_idiom_orders_lower_than_running_it_early(tmp_path):
     """What `arenaplan plan` plans by default: the idiom folded into constants, every quick
     order of cnn_bn_momentum's extended graph peaks lower than shrink_early did with it (measured:
     366,057 B with the idiom, 269,277 B folded)."""
@@ -230,6 +232,7 @@ def test_folding_the_max_pool_index_idiom_orders_lower_than_running_it_early():
                             use_solver=False)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(optimized_graph, "fold_pool_offsets", lambda data: data)
+        patch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path))  # not the folded graph cached
         kept = optimize_order(load_graph(model_path("cnn_bn_momentum"),
                                          optimization="extended"), use_solver=False)
     assert folded.peak_bytes < 0.8 * kept.peak_bytes
