@@ -173,7 +173,8 @@ def markdown(rows: list[dict]) -> str:
         "exceeds it by the time other processes took). Load: 1-minute load average at the "
         "start (2 cores). ONNX cases start from warm caches (the profile cache and the "
         "rewrites' cache: what a second request for the model finds); `-cold` cases from "
-        "empty ones (the first request for the model on a machine).",
+        "empty ones (the first request for the model on a machine). The first case run also "
+        "pays the planner's imports (about 1 s on this machine).",
         "",
         "| case | limit s | allowed s | wall s | cpu s | exit | remat (or the refusal) | load |",
         "|---|---:|---:|---:|---:|---:|---|---:|",
