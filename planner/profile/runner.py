@@ -195,12 +195,15 @@ def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
         else:
             entry.unsupported[device.name] = cost.reason
 
+    keys = {(op.id, device.name): CacheKey(signatures[op.id], op.op_type, device.provider,
+                                           threads, ort.__version__, fingerprints[device.name],
+                                           kernel_clock(device, threads))
+            for op in graph.ops for device in targets}
+    cached = store.get_many(list(keys.values())) if store is not None else {}
     for op in graph.ops:
         for device in targets:
-            key = CacheKey(signatures[op.id], op.op_type, device.provider, threads,
-                           ort.__version__, fingerprints[device.name],
-                           kernel_clock(device, threads))
-            found = store.get(key) if store is not None else None
+            key = keys[(op.id, device.name)]
+            found = cached.get(key.digest)
             if found is None:
                 pending.append((op, device, key))
             else:

@@ -15,7 +15,7 @@ import pytest
 from planner.errors import InvalidInputError
 from planner.ir.graph import load_graph
 from planner.profile import QUICK_POLICY, ProfileCache, default_cache_path, profile_graph
-from planner.profile.cache import CachedCost, CacheKey
+from planner.profile.cache import QUERY_KEYS, CachedCost, CacheKey
 from tests.support.fixture_zoo import FIXTURE_DIR
 
 REPO = Path(__file__).resolve().parents[3]
@@ -112,3 +112,14 @@ def test_two_processes_share_one_cache_file(tmp_path):
         assert cache.count() == 300 + 300 + 20
         key = CacheKey("b-299", "Add", "CPUExecutionProvider", 1, "v", "m", "wall")
         assert cache.get(key) == CachedCost(True, 299e-6, 0.0, 10, 0, "")
+
+
+def test_many_keys_are_looked_up_in_chunks_and_only_cached_ones_come_back(tmp_path):
+    keys = [CacheKey(f"sig-{i}", "Add", "CPUExecutionProvider", 1, "v", "m", "wall")
+            for i in range(2 * QUERY_KEYS + 7)]
+    with ProfileCache(tmp_path / "c.sqlite") as cache:
+        for i, key in enumerate(keys[::3]):
+            cache.put(key, CachedCost(True, i * 1e-6, 0.0, 10, 0))
+        found = cache.get_many(keys)
+    assert set(found) == {key.digest for key in keys[::3]}
+    assert found[keys[3].digest] == CachedCost(True, 1e-6, 0.0, 10, 0, "")
