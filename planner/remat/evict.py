@@ -157,7 +157,6 @@ class _Simulation:
                                     output or t.is_graph_output)
         self.persistent = persistent_tensors(graph)
         self.resident: set[int] = set()
-        self.resident_mask = np.zeros(n, dtype=bool)  # the same, for vectorized victim choice
         # Per root: may go now (resident, evictable, no fixed view resident, read again before
         # its recomputation cap). Kept up to date as values come, go and are read: computed
         # over every tensor at each eviction it was a third of the 20,000-op chain's simulation.
@@ -248,7 +247,6 @@ class _Simulation:
 
     def _hold(self, tensor: int) -> None:
         self.resident.add(tensor)
-        self.resident_mask[tensor] = True
         self.made[tensor] = True
         self.memory += self.size_list[tensor]
         self._refresh(tensor)
@@ -260,7 +258,6 @@ class _Simulation:
 
     def _drop(self, tensor: int) -> None:
         self.resident.discard(tensor)
-        self.resident_mask[tensor] = False
         self.memory -= self.size_list[tensor]
         self._refresh(tensor)
         if self._fixed_view(tensor):
@@ -273,7 +270,7 @@ class _Simulation:
         """`eligible[root]` again, after what it depends on changed."""
         if self.evictable[root]:
             following = self.storage_next[root]
-            self.eligible[root] = (self.resident_mask[root] and self.fixed_views[root] == 0
+            self.eligible[root] = (root in self.resident and self.fixed_views[root] == 0
                                    and (following == NEVER or following < self.cap[root]))
 
     def _reprice(self, tensor: int) -> None:
