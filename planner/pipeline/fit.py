@@ -102,14 +102,16 @@ class RematFit:
                 break
             notify("layout", {"peak_live_bytes": result.best.stats.peaks})
             if not (attempt < LAYOUT_RETRIES and self._may_retry()):
-                roomy = self._roomy_runner_up(result)
+                roomy = self._roomy_runner_up(result, spread)
                 if roomy is not None:
                     return roomy
-            built = self._layout(result, result.best.schedule)
-            over = overshoot(built.plan)
-            if not over:
-                return built
-            _widen(spread, built.plan, result.best.stats.peaks)
+            over = self._expected_overshoot(result.best.stats.peaks, spread)
+            if not over:  # else a roomier schedule laid out too large already
+                built = self._layout(result, result.best.schedule)
+                over = overshoot(built.plan)
+                if not over:
+                    return built
+                _widen(spread, built.plan, result.best.stats.peaks)
             close = RUNNER_UP_SLOWDOWN * result.best.seconds
             runner_up = self._runner_up_within(result, spread, (0.0, close))
             lowered = {device: max(lowered_target(target[device], budgets[device], excess,
@@ -160,21 +162,38 @@ class RematFit:
         """Whether a retry could still follow a solve started now (see plan)."""
         return self.clock.elapsed() < RETRY_BEFORE * self.clock.usable()
 
-    def _roomy_runner_up(self, result: RematResult) -> BuiltPlan | None:
+    def _roomy_runner_up(self, result: RematResult, spread: dict[str, float]
+                         ) -> BuiltPlan | None:
         """When no retry can follow the layout and the best schedule fills a budget to within
         LATE_LAYOUT_MARGIN: a runner-up nearly as fast (RUNNER_UP_SLOWDOWN) that leaves the
         margin, if one lays out within the budgets. Laying out the best first risks two layouts
         where one was budgeted (GPT-2-small at persistent + half its activations, 10 s: the best
         filled to 99.95% overshot by its layout's 0.1%, and the runner-up's layout took the
-        request 0.8-1.0 s past its limit; the one filled to 99.4% was 0.08% slower)."""
+        request 0.8-1.0 s past its limit; the one filled to 99.4% was 0.08% slower). A layout
+        that overshoots widens `spread` (the caller's)."""
         assert result.best is not None
-        spread = 1 / (1 - LATE_LAYOUT_MARGIN)
+        margin = 1 / (1 - LATE_LAYOUT_MARGIN)
         budgets = self.request.budgets
-        if all(peak * spread <= budgets[d] for d, peak in result.best.stats.peaks.items()
+        if all(peak * margin <= budgets[d] for d, peak in result.best.stats.peaks.items()
                if d in budgets):
             return None
-        return self._runner_up_within(result, dict.fromkeys(budgets, spread),
-                                      (0.0, RUNNER_UP_SLOWDOWN * result.best.seconds))
+        wanted = {d: max(margin, spread[d]) for d in budgets}
+        seen = dict(wanted)
+        built = self._runner_up_within(result, seen,
+                                       (0.0, RUNNER_UP_SLOWDOWN * result.best.seconds))
+        spread.update({d: seen[d] for d in budgets if seen[d] > wanted[d]})
+        return built
+
+    def _expected_overshoot(self, peaks: dict[str, int], spread: dict[str, float]
+                            ) -> dict[str, int]:
+        """Bytes by which a schedule of `peaks` would exceed each budget laid out as fragmented
+        as the worst layout seen (devices within it left out): a schedule fuller than one whose
+        layout overshot is not laid out (GPT-2-small at persistent + half its activations, 5 s:
+        the runner-up filled to 99% laid out 0.6% above its peak, and laying out the best, at
+        99.95%, after it took the request 0.8 s past its limit)."""
+        budgets = self.request.budgets
+        return {d: excess for d, peak in peaks.items() if d in budgets
+                and (excess := math.ceil(peak * spread[d]) - budgets[d]) > 0}
 
     def _with_margin(self, budgets: dict[str, int]) -> dict[str, int]:
         """`budgets` less LAST_CHANCE_MARGIN (at least one alignment; never below a retry's

@@ -62,18 +62,21 @@ def test_with_time_for_a_retry_the_first_solve_aims_at_the_budget():
     assert not any("of 1000 B" in n for n in plan.solvers[1].notes)
 
 
-def _full_and_roomy(clock: TimeBudget):
+def _full_and_roomy(clock: TimeBudget, solved_at: float = 0.98, claimed: float | None = None):
     """A RematFit on the chain and a result whose best schedule claims to fill the budget
-    (its true peak leaves room) beside the same schedule, 0.1% slower, as a runner-up."""
+    (its true peak leaves room) beside a schedule solved at `solved_at` of the budget, 0.1%
+    slower, as a runner-up (claiming a peak of `claimed` of the budget when given)."""
     graph, profile = graph_from_node_link(chain_json(random.Random(0), 1000), name="chain")
     request = PlanRequest(budgets={"cpu": BUDGET}, profile=profile, alignment=1,
                           time_limit_s=clock.limit_s)
     order = optimize_order(graph, use_solver=False, time_limit=1)
     costs = costs_from_profile(profile, graph, ["cpu"])
-    result = plan_remat(graph, order.order, {"cpu": int(BUDGET * 0.98)}, costs, time_limit=2,
-                        memory_unit=1)
+    result = plan_remat(graph, order.order, {"cpu": int(BUDGET * solved_at)}, costs,
+                        time_limit=2, memory_unit=1)
     real = result.best
-    assert real is not None and real.stats.peaks["cpu"] <= BUDGET * (1 - LATE_LAYOUT_MARGIN)
+    assert real is not None
+    if claimed is not None:
+        real = replace(real, stats=replace(real.stats, peaks={"cpu": int(BUDGET * claimed)}))
     full = replace(real, name="full", stats=replace(real.stats, peaks={"cpu": BUDGET},
                                                     seconds=real.seconds / 1.001))
     fit = RematFit(graph, request, order, costs, "t", clock, keep_all_arena=None)
@@ -82,8 +85,23 @@ def _full_and_roomy(clock: TimeBudget):
 
 def test_with_no_retry_left_a_runner_up_leaving_room_is_laid_out_first():
     fit, result, real = _full_and_roomy(TimeBudget(60.0))
-    built = fit._roomy_runner_up(result)
+    assert real.stats.peaks["cpu"] <= BUDGET * (1 - LATE_LAYOUT_MARGIN)
+    spread = {"cpu": 1.0}
+    built = fit._roomy_runner_up(result, spread)
     assert built is not None and built.plan.devices[0].arena_bytes <= BUDGET
     assert built.plan.solvers[1].method == real.name
+    assert spread == {"cpu": 1.0}  # nothing overshot: nothing seen
     # a best schedule that leaves the room itself is laid out as it is
-    assert fit._roomy_runner_up(replace(result, best=real, alternatives=())) is None
+    assert fit._roomy_runner_up(replace(result, best=real, alternatives=()), spread) is None
+
+
+def test_a_roomier_schedule_laid_out_too_large_rules_out_laying_out_the_fuller_best():
+    """The runner-up's schedule really peaks near 1.2x the budget but claims 99%: its layout
+    overshoots, the spread seen says by how much, and the best (claiming 100%) would overshoot
+    by more, so it is not laid out."""
+    fit, result, real = _full_and_roomy(TimeBudget(60.0), solved_at=1.2, claimed=0.99)
+    spread = {"cpu": 1.0}
+    assert fit._roomy_runner_up(result, spread) is None
+    assert spread["cpu"] > 1.1
+    assert fit._expected_overshoot(result.best.stats.peaks, spread)["cpu"] > 0.1 * BUDGET
+    assert fit._expected_overshoot({"cpu": BUDGET // 2}, spread) == {}

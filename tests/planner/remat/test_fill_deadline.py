@@ -83,8 +83,9 @@ def test_no_attempt_starts_that_the_round_replay_says_cannot_end_in_time(monkeyp
 
 
 def test_a_search_starts_no_fill_that_the_last_round_says_cannot_end_in_time(monkeypatch):
-    """Five fills were due (three sources, two margins); the first one's round took 0.4 s of
-    the 0.6 s the search had, so no other starts."""
+    """Five fills were due (three sources, the first by way of the first margin, then the
+    second margin); the first one's round took 0.4 s of the 0.6 s the search had, so no other
+    starts."""
     started: list[float] = []
 
     def slow_fill(graph, schedule, stats, budgets, costs, *, alignment, deadline, start_by,
@@ -119,3 +120,27 @@ def test_a_fill_past_its_share_of_the_search_starts_no_round(monkeypatch):
     filled = fill_budget(graph, candidate.schedule, candidate.stats, budgets, costs,
                          alignment=1, deadline=now + 10, start_by=now - 1)
     assert filled == Filled(candidate.schedule, candidate.stats, 0, 0)
+
+
+def test_the_fastest_source_is_filled_with_room_first_then_on_to_the_budget(monkeypatch):
+    """A search with time for one fill round still has a schedule that leaves the layout room
+    (GPT-2-small at 5 s: the one round filled the best to 99.95%, its layout overshot, and an
+    unfilled runner-up 1.27x as slow was laid out instead); with more time the fill goes on
+    from it to the budget."""
+    graph, costs, budgets, found = evicted_chain()
+    targets: list[int] = []
+    real = rematerialize.fill_budget
+
+    def recording(graph, schedule, stats, budgets, *args, **kwargs):
+        targets.append(budgets["cpu"])
+        return real(graph, schedule, stats, budgets, *args, **kwargs)
+
+    monkeypatch.setattr(rematerialize, "fill_budget", recording)
+    source = found[0]
+    out = rematerialize._filled(graph, [source], budgets, costs, 1, time.perf_counter() + 10)
+    margin = rematerialize.FILL_MARGINS[0]
+    assert targets[:2] == [int(budgets["cpu"] * (1 - margin)), budgets["cpu"]]
+    named = {c.name: c for c in out}
+    roomy, full = named[f"{source.name}+fill-{margin:g}"], named[f"{source.name}+fill"]
+    assert roomy.stats.peaks["cpu"] <= budgets["cpu"] * (1 - margin)
+    assert full.seconds <= roomy.seconds < source.seconds
