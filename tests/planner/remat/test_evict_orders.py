@@ -88,3 +88,35 @@ def test_the_estimate_stays_near_the_replay_on_a_transformer():
             graph, order, forward_phase(graph, order, RematOptions())[0]), \
             replayed_unevictable_peak(graph, order)
         assert 0.8 * exact <= estimate <= 1.3 * exact
+
+
+def test_a_fit_evicting_backward_values_lets_the_next_orders_forward_eviction_run(monkeypatch):
+    """The scan's control flow (the runs themselves stubbed): the first order fits only when
+    backward values go too; the second order's forward eviction still runs, and fits, which
+    ends the scan before its own backward scope."""
+    from planner.remat import evict
+    from planner.remat.heuristics import Candidate
+    from planner.remat.problem import recomputable_anywhere
+
+    graph, orders = quick_orders("gpt2_tiny_adam")
+    orders = orders[:3]
+    assert len(orders) == 3 and len(recomputable_anywhere(graph)) > len(
+        forward_phase(graph, orders[0], RematOptions())[0])
+    runs: list[tuple[int, bool]] = []
+    fits = {(0, True), (1, False), (2, False)}
+
+    def stub(graph, order, device, budget, costs, alignment, deadline, rule, recomputable,
+             name, found, complete):
+        backward = evict.BACKWARD_TOO in name
+        number = next(k for k, o in enumerate(orders) if list(order) == o)
+        runs.append((number, backward))
+        if (number, backward) in fits:
+            found.fitting.append(Candidate(name.format(factor=1), None, None, None, None))
+        yield False
+
+    monkeypatch.setattr(evict, "_factors", stub)
+    monkeypatch.setattr(evict, "_deferred_factors", lambda *args: iter(()))
+    found = evict._scan(graph, evict._Forms(graph, orders), [0, 1, 2], "cpu", 1, None, 1,
+                        float("inf"), evict.NEIGHBOURHOOD, first=True)
+    assert runs == [(0, False), (0, True), (1, False)]
+    assert [c.name for c in found.fitting] == ["evict+bwd@1", "evict@1/order1"]
