@@ -120,3 +120,37 @@ def test_a_fit_evicting_backward_values_lets_the_next_orders_forward_eviction_ru
                         float("inf"), evict.NEIGHBOURHOOD, first=True)
     assert runs == [(0, False), (0, True), (1, False)]
     assert [c.name for c in found.fitting] == ["evict+bwd@1", "evict@1/order1"]
+
+
+def test_no_lower_factor_follows_a_run_that_overshoots_in_its_own_count(monkeypatch):
+    """At the op-footprint bound, forward eviction in GPT-2-tiny cannot fit: the simulation
+    overshoots the budget in its own count, and the replay does too. Lower factors would find
+    the same values they cannot evict; they are not run."""
+    import time
+
+    from planner.memory.liveness import order_lower_bound
+    from planner.profile import QUICK_POLICY, profile_graph
+    from planner.profile.costs import costs_from_profile
+    from planner.remat import evict
+
+    graph, orders = quick_orders("gpt2_tiny_adam")
+    costs = costs_from_profile(profile_graph(graph, ["cpu"], policy=QUICK_POLICY), graph,
+                               ["cpu"])
+    budget = order_lower_bound(graph)
+    runs: list[evict.Evicted | None] = []
+    real = evict.evict_schedule
+
+    def counted(*args, **kwargs):
+        runs.append(real(*args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(evict, "evict_schedule", counted)
+    found = evict._Found()
+    forward = forward_phase(graph, orders[0], RematOptions())[0]
+    steps = list(evict._factors(graph, orders[0], "cpu", budget, costs, 64,
+                                time.perf_counter() + 60, evict.NEIGHBOURHOOD, forward,
+                                "evict@{factor:g}", found, complete=True))
+    assert len(runs) == 1 and steps == []
+    assert runs[0] is not None and runs[0].overshoot > 0
+    assert not found.fitting and found.smallest_peak is not None
+    assert found.smallest_peak > budget
