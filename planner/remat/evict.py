@@ -516,6 +516,12 @@ class _GaveUp(Exception):
 # more to choose from, and filling it often ends faster (GPT-2-small at persistent + half its
 # activations: 1.12x the keep-everything step from factor 1, 1.02x from factor 0.9).
 FACTORS = (1.0, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6)
+# ... except after a run whose own count overshot the budget by more than this share of it (and
+# whose replay did not fit): what it could not evict at its worst step a lower target cannot
+# either (UNet-Adam at persistent + 30% of its activations: 32% over, the first order's runs at
+# 0.98 replayed the peaks of those at 1, and the scan spent half its time on them; ResNet-18-
+# narrow at + 30%: 3.2% over at 1, and the run at 0.98 fit).
+HOPELESS_OVERSHOOT = 0.1
 # ... until a fitting schedule is this many times slower than the first that fit (the budget
 # then forces chains of recomputations; GPT-2-small's step takes 2.8x at factor 0.85, 39x at 0.8).
 SLOWEST_KEPT = 4.0
@@ -660,10 +666,8 @@ def _factors(graph: Graph, order: Sequence[int], device: str, budget: int, costs
     while more may follow), adding each that fits to `found` (shared by the orders run
     alongside: the first to fit sets how slow the others may be); with `complete`, the first
     run ignores the deadline. See _scan for the stops; besides, no lower factor follows a run
-    that overshoots the budget in its replay and in its own count: what it could not evict at
-    its worst step a lower target cannot either (UNet-Adam at persistent + 30% of its
-    activations: the first order's runs at 0.98 replayed the peaks of those at 1, and the scan
-    spent half its time on them)."""
+    that overshoots the budget in its replay and, by more than HOPELESS_OVERSHOOT of it, in its
+    own count."""
     fitting = found.fitting
     floor: int | None = None
     for number, factor in enumerate(FACTORS):
@@ -684,7 +688,8 @@ def _factors(graph: Graph, order: Sequence[int], device: str, budget: int, costs
         if stats.fits({device: budget}):
             fitting.append(Candidate(name.format(factor=factor), None, None,
                                      evicted.schedule, stats))
-        elif evicted.overshoot > 0 or (floor is not None and stats.peaks[device] >= floor):
+        elif (evicted.overshoot > HOPELESS_OVERSHOOT * budget
+              or (floor is not None and stats.peaks[device] >= floor)):
             return  # what is left is what eviction cannot touch in this order
         floor = stats.peaks[device] if floor is None else min(floor, stats.peaks[device])
         yield True
