@@ -15,7 +15,8 @@ When the request's time is spent before the first solve (no retry can follow it)
 aims LAST_CHANCE_MARGIN below each budget instead: an arena that misses the budget by
 fragmentation could only be answered by a refusal; and when no retry can follow a layout, a
 runner-up nearly as fast that leaves LATE_LAYOUT_MARGIN is laid out before a best schedule that
-does not. Every solve's bound and status hold for the
+does not (and when that runner-up's layout overshoots, the best is laid out only if its peak
+times the spread seen fits). Every solve's bound and status hold for the
 budgets asked, whatever the target. When nothing found lays out within the budgets, the
 smallest plan (planner.pipeline.infeasible.smallest_plan: the heuristics' schedule of least
 peak) is the answer if it does, else a refusal naming a budget this planner meets.
