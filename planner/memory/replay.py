@@ -28,7 +28,7 @@ from typing import Literal, NamedTuple
 from planner.ir.graph import Graph, Op
 from planner.memory.schedule import Compute, Copy, Free, Schedule, ScheduleError
 from planner.memory.sharing import SINGLE_INPUT_IN_PLACE_OPS, VIEW_OPS, Sharing, state_updates
-from planner.memory.zones import live_curve, persistent_tensors
+from planner.memory.zones import buffer_bytes, live_curve, persistent_tensors
 
 
 @dataclass(eq=False, slots=True)
@@ -113,7 +113,7 @@ class Replay:
         ranges: dict[str, list[tuple[int, int, int]]] = {}
         tensors, ends = self.graph.tensors, self.storage_ends
         for m in self.owners:
-            size = -(-max(tensors[m.tensor].nbytes, 1) // alignment) * alignment
+            size = buffer_bytes(tensors[m.tensor].nbytes, alignment)
             ranges.setdefault(m.device, []).append((m.first, ends[m], size))
         return {device: live_curve(r, self.n_steps) for device, r in ranges.items()}
 

@@ -13,6 +13,15 @@ from itertools import accumulate
 from planner.ir.graph import Graph
 
 
+def buffer_bytes(nbytes: int, alignment: int) -> int:
+    """The bytes an arena gives a tensor of `nbytes`: rounded up to `alignment`, and at least one
+    unit even when empty (every buffer gets an address of its own). Every memory count that must
+    not undercount the layout (replay, the remat model, eviction, the bounds) takes sizes from
+    here: the remat model once counted an empty tensor as nothing and accepted a schedule whose
+    replay was one unit over the budget."""
+    return -(-max(nbytes, 1) // alignment) * alignment
+
+
 def persistent_tensors(graph: Graph) -> frozenset[int]:
     """Constants and state: held for the whole step, whatever the order or schedule."""
     return frozenset(t.id for t in graph.tensors

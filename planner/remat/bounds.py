@@ -34,7 +34,7 @@ import numpy as np
 
 from planner.ir.graph import Graph
 from planner.memory.sharing import Sharing, state_updates
-from planner.memory.zones import persistent_tensors
+from planner.memory.zones import buffer_bytes, persistent_tensors
 from planner.profile.costs import CostTable
 from planner.remat.problem import NONDETERMINISTIC_OPS
 
@@ -59,7 +59,7 @@ def crossing_bound(graph: Graph, order: Sequence[int], device: str, budget: int,
     end = len(order)
 
     def aligned(tensor: int) -> int:
-        return -(-max(graph.tensors[tensor].nbytes, 1) // alignment) * alignment
+        return buffer_bytes(graph.tensors[tensor].nbytes, alignment)
 
     # Groups: one per view root outside the persistent zone, from its root's making to the last
     # first computation reading any of its members (graph outputs: to the end).

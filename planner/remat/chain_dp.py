@@ -27,6 +27,7 @@ import numpy as np
 
 from planner.ir.graph import Graph, Region
 from planner.memory.schedule import Compute, Event, Schedule, free_after_last_read, home_on
+from planner.memory.zones import buffer_bytes
 from planner.profile.costs import CostTable
 
 LEAF, QUAD, NONE = -1, -2, -3
@@ -85,7 +86,7 @@ def find_chain(graph: Graph, costs: CostTable, device: str = "cpu",
         return None
 
     def units(t: int) -> int:
-        return -(-graph.tensors[t].nbytes // memory_unit)
+        return buffer_bytes(graph.tensors[t].nbytes, memory_unit) // memory_unit
 
     def cost(op: int) -> float:
         return costs.op_seconds[op][device]

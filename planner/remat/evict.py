@@ -46,7 +46,7 @@ from planner.memory.schedule import (
 )
 from planner.memory.sharing import Sharing, state_updates
 from planner.memory.simulate import simulate
-from planner.memory.zones import persistent_tensors
+from planner.memory.zones import buffer_bytes, persistent_tensors
 from planner.order.just_in_time import deferred
 from planner.profile.costs import CostTable
 from planner.remat.heuristics import Candidate
@@ -92,7 +92,7 @@ class _Simulation:
         self.size = np.zeros(n, dtype=np.int64)
         for t in graph.tensors:
             if self.root[t.id] == t.id and t.id not in sharing.in_place:
-                self.size[t.id] = -(-max(t.nbytes, 1) // alignment) * alignment
+                self.size[t.id] = buffer_bytes(t.nbytes, alignment)
         self.reads = [sorted(position[c] for c in t.consumers) for t in graph.tensors]
         self.cursor = [0] * n  # index into reads[t] of its next read
         self.next_read = np.array([r[0] if r else NEVER for r in self.reads], dtype=np.int64)

@@ -41,6 +41,7 @@ from planner.memory.schedule import (
 )
 from planner.memory.sharing import VIEW_OPS
 from planner.memory.simulate import ScheduleStats, simulate
+from planner.memory.zones import buffer_bytes
 from planner.profile.costs import CostTable
 
 # An attempt (rebuilding the schedule, then simulating it) lasts about this many replays of the
@@ -158,7 +159,7 @@ def _drops(walk: Replay, costs: CostTable, alignment: int) -> list[Drop]:
                       if w.shares == "in_place" and w.first > previous.first]
             start = min(reused) if reused else walk.storage_range(owner)[1] + 1
             first, last = min(first, start), max(last, index - 1)
-            nbytes += _aligned(walk.graph.tensors[owner.tensor].nbytes, alignment)
+            nbytes += buffer_bytes(walk.graph.tensors[owner.tensor].nbytes, alignment)
         else:
             if last >= first:
                 drops.append(Drop(index, event.device, first, last, nbytes,
@@ -231,7 +232,3 @@ def _identities(events: Sequence[Event]) -> dict[int, tuple[int, int]]:
 
 def _ends_before(seconds: float, deadline: float) -> bool:
     return time.perf_counter() + seconds < deadline
-
-
-def _aligned(nbytes: int, alignment: int) -> int:
-    return -(-max(nbytes, 1) // alignment) * alignment

@@ -49,7 +49,7 @@ from planner.errors import InvalidInputError
 from planner.ir.graph import Graph, Region
 from planner.memory.liveness import aliases_in_order
 from planner.memory.sharing import state_updates
-from planner.memory.zones import live_curve, persistent_tensors
+from planner.memory.zones import buffer_bytes, live_curve, persistent_tensors
 from planner.profile.costs import CostTable
 
 NONDETERMINISTIC_OPS = frozenset({
@@ -107,7 +107,7 @@ def solver_time_unit(graph: Graph, costs: CostTable, requested: float) -> float:
 
 def _check_sizes(graph: Graph, memory_unit: int) -> None:
     total = sum(t.nbytes for t in graph.tensors)
-    units = sum(-(-t.nbytes // memory_unit) for t in graph.tensors)
+    units = sum(buffer_bytes(t.nbytes, memory_unit) // memory_unit for t in graph.tensors)
     if units > SOLVER_RANGE:
         enough = 1 << max(0, math.ceil(math.log2(total / SOLVER_RANGE * 2)))
         raise InvalidInputError(
@@ -558,7 +558,8 @@ def _value(graph: Graph, costs: CostTable, devices: tuple[str, ...], options: Re
                               for t in record.tensors)
                 copy_cost[(src, dst)] = max(0, math.floor(seconds / options.time_unit))
     size = 0 if record.free_of_charge else sum(
-        -(-graph.tensors[t].nbytes // options.memory_unit) for t in record.tensors)
+        buffer_bytes(graph.tensors[t].nbytes, options.memory_unit) // options.memory_unit
+        for t in record.tensors)
     return Value(
         id=vid, producer=record.producer, tensors=record.tensors, size=size,
         consumers=record.consumers, kind=record.kind, home=record.home, last_read=last,
@@ -573,5 +574,6 @@ def _internal_peak(graph: Graph, members: Sequence[int], internal: set[int], uni
     for t in internal:
         born = position[graph.tensors[t].known_producer]
         reads = [position[c] for c in graph.tensors[t].consumers if c in position]
-        ranges.append((born, max([born, *reads]), -(-graph.tensors[t].nbytes // unit)))
+        units = buffer_bytes(graph.tensors[t].nbytes, unit) // unit
+        ranges.append((born, max([born, *reads]), units))
     return max(live_curve(ranges, len(members)), default=0)
