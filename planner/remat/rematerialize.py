@@ -305,16 +305,35 @@ def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
     if fill:
         candidates = _filled(graph, candidates, budget_bytes, costs, memory_unit,
                              deadline=started + time_limit)
-    reductions = (*base_reductions(graph, device), Reduction(
-        "no model solved", False, f"past {LARGE_GRAPH_OPS} ops: the eviction simulation "
-        "(planner.remat.evict) and the fill pass (planner.remat.fill) alone"))
-    model = ModelOutcome("evict", "replay", reductions, exact=False)
+    model = _evicted_only(graph, device, f"past {LARGE_GRAPH_OPS} ops: the eviction simulation "
+                          "(planner.remat.evict) and the fill pass (planner.remat.fill) alone")
     lower = _held_by_best(graph, candidates, _lower_bound(costs, crossing, None), *bounded,
                           costs, memory_unit)
     smallest = min((c.stats.peaks.get(device, 0) for c in candidates),
                    default=evictions.smallest_peak)
     return _result(candidates, lower, False, model, costs, device, smallest, notes,
                    started)
+
+
+def eviction_result(graph: Graph, candidates: Sequence[Candidate], device: str,
+                    costs: CostTable) -> RematResult:
+    """The result of eviction schedules on one device found outside plan_remat (planner.pipeline
+    .infeasible: the least peak its bisection of eviction targets reached), fastest first, with
+    the bound every schedule meets (each op once on its fastest device): no model, no search
+    here."""
+    started = time.perf_counter()
+    model = _evicted_only(graph, device, "the eviction simulation's schedule of least peak "
+                          "(planner.pipeline.infeasible) alone")
+    ranked = sorted(candidates, key=lambda c: c.seconds)
+    smallest = min((c.stats.peaks.get(device, 0) for c in ranked), default=None)
+    return _result(ranked, _lower_bound(costs, None, None), False, model, costs, device,
+                   smallest, (), started)
+
+
+def _evicted_only(graph: Graph, device: str, why: str) -> ModelOutcome:
+    """The model outcome of a result no model was solved for: eviction schedules, `why`."""
+    reductions = (*base_reductions(graph, device), Reduction("no model solved", False, why))
+    return ModelOutcome("evict", "replay", reductions, exact=False)
 
 
 def _lower_bound(costs: CostTable, crossing: CrossingBound | None, model_bound: float | None
