@@ -169,7 +169,9 @@ def markdown(results: dict) -> str:
         "for the keep-everything plan, which shows how far the profile itself is off), and "
         "measured overhead "
         "(remat step / keep-everything step, same process, interleaved). Load: 1-minute load "
-        "average when the request started (2 cores).",
+        "average when the request started (2 cores). A refusal's status gives the budget it "
+        "names over the budget (\"asks\": the smallest arena the planner met; below the "
+        "op-footprint bound, that bound).",
         "",
         "| model | ops | budget | MiB | wall s | status (method) | overhead | gap | measured / "
         "predicted (keep-everything's) | measured overhead | load |",
@@ -186,10 +188,13 @@ def markdown(results: dict) -> str:
             keep_ratio = (m["cpu_keep_s"] / entry["keep_predicted_s"]) if m else None
             measured_over = m["cpu_remat_s"] / m["cpu_keep_s"] if m else None
             gap = row.get("gap")
+            asks = row.get("smallest_feasible")
+            named = f" (asks {asks / row['budget_bytes']:.3f}x)" if asks else ""
             lines.append(
                 f"| {entry['model']} | {entry['ops']} | +{label} | "
                 f"{row['budget_bytes'] / 2**20:.1f} | {wall} | {row['status']}"
-                f"{' (' + row['method'] + ')' if row.get('method') else ''} | "
+                f"{' (' + row['method'] + ')' if row.get('method') else ''}"
+                f"{named} | "
                 f"{'-' if over is None else f'{over:.3f}{mark}'} | "
                 f"{'-' if gap is None else f'{gap:.1%}'} | "
                 f"{'-' if ratio is None else f'{ratio:.2f} ({keep_ratio:.2f})'} | "
