@@ -3,11 +3,11 @@
 - `min_budget`: the smallest budget on one device for which the planner returns a validated
   plan ("achieved"), next to a proven lower bound no plan can beat (the op-footprint bound of
   planner.memory.liveness: state, constants and one op's inputs and outputs at once) and the
-  keep-everything arena. The achieved value starts from a bisection between that bound and the
-  smallest peak known to fit (keep-everything, the heuristics, CP-SAT's min-peak model), each
-  step decided by the remat heuristics alone (`smallest_heuristic_budget`: fast, deterministic,
-  replayed); the full planner then confirms it, a little higher when the layout's
-  fragmentation needs it.
+  keep-everything arena. The achieved value starts from the least peak the remat search reaches
+  (planner.remat.smallest: a bisection between that bound and the smallest peak known to fit,
+  keep-everything's or CP-SAT's min-peak model's, each probe decided by the search without a
+  solver); the full planner then confirms it, a little higher when the layout's fragmentation
+  needs it.
 - `max_batch`: the largest value of a symbolic dim (the batch) whose plan fits the budgets, by
   doubling then bisection over `plan_model` with that dim bound (CalcGraph's search).
 """
@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +27,10 @@ from planner.ir.onnx_model import read_model_bytes
 from planner.memory.liveness import order_lower_bound
 from planner.order import optimize_order
 from planner.pipeline import plan_graph, plan_model
-from planner.profile.costs import CostTable, costs_from_profile
+from planner.profile.costs import costs_from_profile
 from planner.profile.for_request import profile_for
-from planner.remat.rematerialize import plan_remat, smallest_peak
+from planner.remat.rematerialize import smallest_peak
+from planner.remat.smallest import least_peak
 from planner.time_budget import MIN_BUDGET_SHARES as SHARES
 from schemas.plan import Plan, PlanRequest
 from schemas.profile import Profile
@@ -75,11 +76,10 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
                              hint_budget=keep_arena)
         if peak.peak_bytes is not None:
             upper = min(upper, peak.peak_bytes)
-    budget = smallest_heuristic_budget(graph, order.order, device, costs, lower, upper,
-                                       memory_unit=alignment,
-                                       probe_seconds=max(SHARES.probe_floor_s,
-                                                         time_limit * SHARES.probe),
-                                       deadline=started + SHARES.bisection_until * time_limit)
+    budget = least_peak(graph, order.order, device, costs, lower, upper,
+                        memory_unit=alignment, other_orders=order.alternatives,
+                        time_limit=max(0.0, SHARES.bisection_until * time_limit
+                                       - (time.perf_counter() - started))).budget
     best = keep_all
     for attempt in range(6):
         left = time_limit - (time.perf_counter() - started)
@@ -102,34 +102,6 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
 # Graphs up to this many ops also try CP-SAT's min-peak model (beyond it, it finds nothing the
 # heuristics do not in the time a query has).
 MIN_PEAK_MODEL_OPS = 300
-
-
-def smallest_heuristic_budget(graph: Graph, order: Sequence[int], device: str, costs: CostTable,
-                              lower: int, upper: int, *, memory_unit: int = 64,
-                              probe_seconds: float = 20.0, steps: int = 6, tolerance: float = 0.01,
-                              deadline: float | None = None) -> int:
-    """A small budget the remat heuristics meet, by bisection on [lower, upper] (`upper` should
-    fit): each probe runs the heuristics alone at the middle budget and continues below the
-    smallest peak any of their schedules replayed (within the budget or not: a schedule fits a
-    budget of its own peak), else above the middle. A heuristic answer, not
-    a proof: a failed probe only means the heuristics found nothing there. No probe starts
-    after `deadline` (a perf_counter time)."""
-    lo, hi = lower, upper
-    for _ in range(steps):
-        if hi - lo <= tolerance * hi or (deadline is not None
-                                         and time.perf_counter() > deadline):
-            break
-        mid = (lo + hi) // 2
-        probe = plan_remat(graph, order, {device: mid}, costs, use_solver=False,
-                           time_limit=probe_seconds, memory_unit=memory_unit)
-        if probe.best is not None:
-            hi = probe.best.stats.peaks[device]
-        else:
-            lo = mid
-        if probe.smallest_peak_bytes is not None:
-            # A schedule the heuristics replayed at that peak fits a budget of that peak.
-            hi = min(hi, max(probe.smallest_peak_bytes, lo))
-    return hi
 
 
 @dataclass(frozen=True)

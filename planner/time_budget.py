@@ -84,17 +84,15 @@ class RematShares:
 class MinBudgetShares:
     """Shares of a min-budget query's time limit (planner.queries.min_budget): a tenth for
     keeping everything, a twentieth for the order, up to a fifth for CP-SAT's min-peak model, the
-    bisection until 60% of it (each probe up to 8%), the rest for confirming plans, each at
-    least a fifth of the limit."""
+    bisection until 60% of it (planner.remat.smallest shares that out between its probes), the
+    rest for confirming plans, each at least a fifth of the limit."""
 
     keep_all: float = 0.1
     order: float = 0.05
     min_peak: float = 0.2
-    probe: float = 0.08
     bisection_until: float = 0.6
     confirm_at_least: float = 0.2
     keep_all_floor_s: float = 2.0
-    probe_floor_s: float = 2.0
 
 
 PIPELINE_SHARES = PipelineShares()

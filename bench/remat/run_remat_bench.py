@@ -34,9 +34,9 @@ from planner.plan.builder import build_plan
 from planner.plan.validate import validate_plan
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.costs import costs_from_profile
-from planner.queries import smallest_heuristic_budget
 from planner.remat import baselines
 from planner.remat.configure import configure
+from planner.remat.smallest import least_peak
 from schemas.plan import PlanRequest
 from tests.support.fixture_zoo import REQUIRED, model_path
 
@@ -46,6 +46,8 @@ SHARES = (1.0, 0.75, 0.5)
 # room for loading the graph and the profile cache.
 SCALE_TIME_LIMIT = 105.0
 BENCHED = (*REQUIRED, *SCALE_MODELS)
+# The bisection for the smallest budget (planner.remat.smallest): six probes of up to 20 s.
+SMALLEST_S = 120.0
 
 
 def validated(graph, profile, schedule, budget) -> bool:
@@ -128,15 +130,15 @@ def bench_fixture(name, time_limit, workers):
         if found and not row["ours"].get("lower_bound"):
             smallest = found if smallest is None else min(smallest, found)
     # The smallest budget: bisection between the lower bound and the smallest budget planned
-    # so far, deciding with the (deterministic) heuristics alone (as min-budget does); then the
+    # so far, deciding with the search without a solver (as min-budget does); then the
     # full planner at the result, raised 2% at a time until its plan validates within it.
     for row in rows.values():
         if row["ours"]["overhead"] is not None:
             smallest = row["budget_bytes"] if smallest is None else min(smallest,
                                                                       row["budget_bytes"])
     if smallest is not None:
-        smallest = smallest_heuristic_budget(graph, order.order, "cpu", costs,
-                                             order_lower_bound(graph), smallest)
+        smallest = least_peak(graph, order.order, "cpu", costs, order_lower_bound(graph),
+                              smallest, memory_unit=64, time_limit=SMALLEST_S).budget
     if smallest is not None:
         budget = smallest
         for _ in range(4):

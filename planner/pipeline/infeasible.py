@@ -3,11 +3,10 @@ and when even that exceeds the budget, what budget to ask for instead.
 
 Below the op-footprint bound (planner.memory.liveness.order_lower_bound) no plan exists, and the
 error says so with that proven bound. Otherwise the refusal names the smallest budget this
-planner is known to meet: the arena of the smallest plan (`smallest_plan`: the eviction
-simulation's targets bisected between the op-footprint bound and the keep-everything peak, the
-heuristics' schedule at the least peak it reached, laid out), else the keep-everything arena;
-and whether the remat model proved the budget impossible for the order or only found nothing in
-the time.
+planner is known to meet: the arena of the smallest plan (`smallest_plan`: the schedule of
+least peak the remat search reaches, planner.remat.smallest, laid out), else the keep-everything
+arena; and whether the remat model proved the budget impossible for the order or only found
+nothing in the time.
 
 The bisection depends on the graph, the order and the costs, not on the budget asked: a request
 for the budget a refusal named finds that plan again when its own search finds nothing that lays
@@ -18,7 +17,6 @@ naming 113,529,088 B; now it gets a plan of exactly that arena).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -28,18 +26,14 @@ from planner.memory.liveness import order_lower_bound
 from planner.order import OrderResult
 from planner.plan.builder import BuiltPlan, build_plan
 from planner.profile.costs import CostTable
-from planner.remat.evict import evict_candidates
-from planner.remat.heuristics import Candidate
-from planner.remat.rematerialize import RematResult, eviction_result, plan_remat
+from planner.remat.rematerialize import RematResult, result_of
 from planner.remat.report import order_report_beside, remat_report
+from planner.remat.smallest import least_peak
 from planner.version import PLANNER_VERSION
 from schemas.plan import PlanRequest
 
-# smallest_plan's time: the eviction bisection, the heuristics at the least peak it reached,
-# the layout.
-SMALLEST_SHARES = (0.6, 0.25, 0.15)
-# The eviction targets smallest_plan's bisection tries at most (each probe halves the interval).
-SMALLEST_PROBES = 5
+# smallest_plan's time: the bisection of remat targets, the layout.
+SMALLEST_SHARES = (0.8, 0.2)
 
 
 def check_above_lower_bound(graph: Graph, request: PlanRequest) -> None:
@@ -60,26 +54,21 @@ def check_above_lower_bound(graph: Graph, request: PlanRequest) -> None:
 def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs: CostTable,
                   plan_id: str, time_limit: float, other_orders: Sequence[Sequence[int]] = ()
                   ) -> BuiltPlan | None:
-    """The plan of the heuristic schedule with the least peak on the request's one device: the
-    eviction schedule of least peak (_least_eviction), or a faster one the heuristics aimed at
-    its peak find; laid out for the request's budget (the arena may exceed it) with reports
-    whose bound and status hold for that budget. None when no schedule is found in `time_limit`
-    (shared SMALLEST_SHARES)."""
-    (device, budget), = request.budgets.items()
-    evict_share, heuristics_share, layout_share = SMALLEST_SHARES
-    least, peak = _least_eviction(graph, [order.order, *other_orders], device,
-                                  order.peak_bytes, costs, request.alignment,
-                                  evict_share * time_limit)
-    if peak is None:
+    """The plan of the schedule of least peak the remat search reaches on the request's one
+    device (planner.remat.smallest: its targets bisected between the op-footprint bound and the
+    keep-everything peak of the order), laid out for the request's budget (the arena may exceed
+    it) with reports whose bound and status hold for that budget. None when no schedule is
+    found in `time_limit` (shared SMALLEST_SHARES)."""
+    (device, _), = request.budgets.items()
+    search_share, layout_share = SMALLEST_SHARES
+    found = least_peak(graph, order.order, device, costs, order_lower_bound(graph),
+                       order.peak_bytes, memory_unit=request.alignment,
+                       time_limit=search_share * time_limit, other_orders=other_orders)
+    if found.schedule is None:
         return None
-    result = plan_remat(graph, order.order, {device: peak}, costs,
-                        time_limit=heuristics_share * time_limit,
-                        memory_unit=request.alignment, use_solver=False,
-                        other_orders=other_orders, bound_budgets={device: max(budget, peak)})
-    if result.best is None and least is not None:
-        result = eviction_result(graph, [least], device, costs)
-    if result.best is None:
-        return None
+    result = result_of(graph, [found.schedule], device, costs,
+                       "the schedule of least peak the search reaches (planner.remat.smallest)")
+    assert result.best is not None
     return build_plan(
         graph, result.best.schedule, request, plan_id=plan_id,
         planner_version=PLANNER_VERSION,
@@ -87,40 +76,6 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
                  remat_report(result)),
         predicted_seconds=result.objective_seconds,
         layout_time_limit=layout_share * time_limit)
-
-
-def _least_eviction(graph: Graph, orders: Sequence[Sequence[int]], device: str,
-                    keep_all_peak: int, costs: CostTable, alignment: int, time_limit: float
-                    ) -> tuple[Candidate | None, int | None]:
-    """The eviction simulation's replayed schedule of least peak that fits the target it was
-    aimed at, and the least peak replayed (within its target or not), found by bisecting the
-    target between the op-footprint bound and the keep-everything peak of the order: a target
-    within which some run's replay fits lowers the top to that replay's peak, one without
-    raises the bottom. Aimed too low, eviction ends far above what it reaches aimed higher
-    (ResNet-CIFAR: 3,350,400 B aimed at its bound or at persistent + 30% of its activations,
-    2,863,232 B aimed at 2,962,271 B; the 20,000-op chain: 44,709 B aimed at its bound, within
-    20,000 B aimed at 20,000 B). The targets depend on the graph, the orders and the costs, not
-    on the budget asked: a request for the budget a refusal named probes them again (see the
-    module doc). Up to SMALLEST_PROBES targets in `time_limit` (the first run always
-    completes)."""
-    started = time.perf_counter()
-    low, high = order_lower_bound(graph), keep_all_peak
-    least: Candidate | None = None
-    seen: list[int] = []
-    for k in range(SMALLEST_PROBES):
-        left = (time_limit - (time.perf_counter() - started)) / (SMALLEST_PROBES - k)
-        if low >= high or (k and left <= 0):
-            break
-        target = (low + high) // 2
-        reached = evict_candidates(graph, orders, device, target, costs, alignment=alignment,
-                                   deadline=time.perf_counter() + max(0.0, left))
-        seen += [] if reached.smallest_peak is None else [reached.smallest_peak]
-        fitting = min(reached.fitting, key=lambda c: c.stats.peaks[device], default=None)
-        if fitting is None:
-            low = target + 1
-        else:
-            least, high = fitting, fitting.stats.peaks[device]
-    return least, min(seen, default=None)
 
 
 def raise_infeasible(graph: Graph, request: PlanRequest, result: RematResult | None,

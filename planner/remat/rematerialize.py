@@ -315,23 +315,20 @@ def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
                    started)
 
 
-def eviction_result(graph: Graph, candidates: Sequence[Candidate], device: str,
-                    costs: CostTable) -> RematResult:
-    """The result of eviction schedules on one device found outside plan_remat (planner.pipeline
-    .infeasible: the least peak its bisection of eviction targets reached), fastest first, with
-    the bound every schedule meets (each op once on its fastest device): no model, no search
-    here."""
+def result_of(graph: Graph, candidates: Sequence[Candidate], device: str, costs: CostTable,
+              why: str) -> RematResult:
+    """The result of schedules on one device found by searches run apart (planner.remat.smallest:
+    the least peak the search reaches), fastest first, with the bound every schedule meets (each
+    op once on its fastest device); `why` says where they come from."""
     started = time.perf_counter()
-    model = _evicted_only(graph, device, "the eviction simulation's schedule of least peak "
-                          "(planner.pipeline.infeasible) alone")
     ranked = sorted(candidates, key=lambda c: c.seconds)
     smallest = min((c.stats.peaks.get(device, 0) for c in ranked), default=None)
-    return _result(ranked, _lower_bound(costs, None, None), False, model, costs, device,
-                   smallest, (), started)
+    return _result(ranked, _lower_bound(costs, None, None), False,
+                   _evicted_only(graph, device, why), costs, device, smallest, (), started)
 
 
 def _evicted_only(graph: Graph, device: str, why: str) -> ModelOutcome:
-    """The model outcome of a result no model was solved for: eviction schedules, `why`."""
+    """The model outcome of a result no model was solved for, `why`."""
     reductions = (*base_reductions(graph, device), Reduction("no model solved", False, why))
     return ModelOutcome("evict", "replay", reductions, exact=False)
 

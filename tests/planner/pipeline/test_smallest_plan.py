@@ -1,6 +1,6 @@
-"""The smallest plan a refusal names (planner.pipeline.infeasible.smallest_plan): the eviction
-simulation's targets bisected, since eviction aimed low ends above what it reaches aimed
-higher."""
+"""The smallest plan a refusal names (planner.pipeline.infeasible.smallest_plan): the remat
+search's targets bisected (planner.remat.smallest), since aimed low it ends above what it
+reaches aimed higher."""
 
 from __future__ import annotations
 
