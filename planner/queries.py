@@ -53,7 +53,7 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
     """See the module doc. Time (planner.time_budget.MinBudgetShares): a tenth for keeping
     everything, up to a fifth for CP-SAT's min-peak model, the bisection until 60% of it, the
     rest for confirming plans (the first confirmation runs even when the bisection has used it
-    all: no answer is worse)."""
+    all: no answer is worse; the next ones get what is left)."""
     started = time.perf_counter()
     plan = plan or (lambda g, r: plan_graph(g, r))
     lower = order_lower_bound(graph)
@@ -76,18 +76,22 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
                              hint_budget=keep_arena)
         if peak.peak_bytes is not None:
             upper = min(upper, peak.peak_bytes)
-    budget = least_peak(graph, order.order, device, costs, lower, upper,
-                        memory_unit=alignment, other_orders=order.alternatives,
-                        time_limit=max(0.0, SHARES.bisection_until * time_limit
-                                       - (time.perf_counter() - started))).budget
+    least = least_peak(graph, order.order, device, costs, lower, upper,
+                       memory_unit=alignment, other_orders=order.alternatives,
+                       time_limit=max(0.0, SHARES.bisection_until * time_limit
+                                      - (time.perf_counter() - started)))
+    # The full planner confirms, from the least peak any probe replayed (with a solver and more
+    # time it may meet one the probes' runs replayed past their targets); a refusal names the
+    # next budget (at most 3% up).
+    budget = max(lower, min(least.budget, least.replayed or least.budget))
     best = keep_all
     for attempt in range(6):
         left = time_limit - (time.perf_counter() - started)
         if budget >= keep_arena or (attempt and left <= 0):
             break
-        request = base.model_copy(update={"budgets": {device: budget},
-                                          "time_limit_s": max(SHARES.confirm_at_least * time_limit,
-                                                               left / 2)})
+        # the first confirmation runs whatever the bisection left; the others within the limit
+        limit_s = max(SHARES.confirm_at_least * time_limit, left / 2) if not attempt else left
+        request = base.model_copy(update={"budgets": {device: budget}, "time_limit_s": limit_s})
         try:
             best = plan(graph, request)
             break

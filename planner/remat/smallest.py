@@ -37,10 +37,14 @@ EVICTION_SHARE = 0.5
 class LeastPeak:
     """The bisection's answer: the replayed schedule of least peak found within the budget it
     was aimed at (None when no probe found one), and the budget it ends at: that schedule's
-    peak, else the upper budget it started from."""
+    peak, else the upper budget it started from. `replayed`: the least peak any run replayed,
+    within its target or not (None when none did); a search given more time, with a solver,
+    may meet it (GPT-2-tiny: min-budget's full plan at 484,416 B, where the bisection's
+    schedules ended at 492,608-498,240 B)."""
 
     schedule: Candidate | None
     budget: int
+    replayed: int | None
 
 
 def least_peak(graph: Graph, order: Sequence[int], device: str, costs: CostTable, lower: int,
@@ -51,35 +55,40 @@ def least_peak(graph: Graph, order: Sequence[int], device: str, costs: CostTable
     started = time.perf_counter()
     low, high = lower, upper
     least: Candidate | None = None
+    replayed: list[int] = []
     for k in range(PROBES):
         left = (time_limit - (time.perf_counter() - started)) / (PROBES - k)
         if high - low <= TOLERANCE * high or (k and left <= 0):
             break
         middle = (low + high) // 2
-        found = _probe(graph, [order, *other_orders], device, costs, middle, memory_unit,
-                       time.perf_counter() + max(0.0, left))
+        found, smallest = _probe(graph, [order, *other_orders], device, costs, middle,
+                                 memory_unit, time.perf_counter() + max(0.0, left))
+        replayed += [] if smallest is None else [smallest]
         if not found:
             low = middle + 1
             continue
         least = min(found, key=lambda c: c.stats.peaks[device])
         high = least.stats.peaks[device]
-    return LeastPeak(least, high if least is not None else upper)
+    return LeastPeak(least, high if least is not None else upper, min(replayed, default=None))
 
 
 def _probe(graph: Graph, orders: Sequence[Sequence[int]], device: str, costs: CostTable,
-           budget: int, memory_unit: int, deadline: float) -> list[Candidate]:
+           budget: int, memory_unit: int, deadline: float
+           ) -> tuple[list[Candidate], int | None]:
     """The replayed schedules within `budget` of the eviction simulation given EVICTION_SHARE of
     the time to `deadline` (on graphs of hundreds of ops and more it reaches lower, sooner, than
     the stage heuristics: given plan_remat's share of eviction, ResNet-CIFAR's bisection in 8 s
     ended at 3,481,536 B, at 2,863,232 B with eviction first), else those of plan_remat without
     a solver (the stage heuristics reach lower on small graphs: the CNN's 189,952 B against
-    eviction's 195,712 B)."""
+    eviction's 195,712 B); and the least peak their runs replayed, within `budget` or not."""
     started = time.perf_counter()
     evicted = evict_candidates(graph, orders, device, budget, costs, alignment=memory_unit,
                                deadline=started + EVICTION_SHARE * (deadline - started))
     if evicted.fitting:
-        return evicted.fitting
+        return evicted.fitting, evicted.smallest_peak
     probe = plan_remat(graph, orders[0], {device: budget}, costs, use_solver=False,
                        time_limit=max(0.0, deadline - time.perf_counter()),
                        memory_unit=memory_unit, other_orders=orders[1:])
-    return [c for c in (probe.best, *probe.alternatives) if c is not None]
+    seen = [p for p in (evicted.smallest_peak, probe.smallest_peak_bytes) if p is not None]
+    return ([c for c in (probe.best, *probe.alternatives) if c is not None],
+            min(seen, default=None))
