@@ -132,6 +132,10 @@ class TimeBudget:
         """The least a phase gets (PHASE_FLOOR_S, less under short limits)."""
         return min(PHASE_FLOOR_S, PHASE_FLOOR_SHARE * self.limit_s)
 
+    def spent(self) -> bool:
+        """Whether the phases' share is used up (only the reserve is left)."""
+        return self.elapsed() >= self.usable()
+
     def left(self) -> float:
         """Seconds left before the reserve, at least the floor."""
         return max(self.floor(), self.usable() - self.elapsed())
