@@ -3,7 +3,8 @@
 Issue 14: every request returns within `time_limit_s` + 5% (+1 s for limits under 20 s), with
 the best plan found so far, whatever the number of devices and ops. The cases that broke it:
 
-- a 20,000-op chain (node-link JSON, tests.support.chains; 4.4 s at a 2 s limit once);
+- a 20,000-op chain (node-link JSON, tests.support.chains; 4.4 s at a 2 s limit once), and
+  the same chain at a budget the planner refuses (9.4 s at 2 s and 11.7 s at 10 s once);
 - 60 small device budgets on mlp_sgd (a supplied profile: cpu plus cuda:0..58, each device
   twice as fast as the CPU, copies between every pair; 17 s at a 2 s limit once);
 - costs of ~1e13 s (a traceback once: CP-SAT's integer range);
@@ -48,6 +49,9 @@ from tests.support.fixture_zoo import model_path
 
 HERE = Path(__file__).parent
 CHAIN_LAYERS = 10_000  # forward and backward: 20,002 ops
+CHAIN_BUDGET = 20_000  # bytes: its keep-everything peak is 44,703 B
+# Above its op-footprint bound (24 B), below what the planner meets (11-22 KB): a refusal.
+CHAIN_REFUSED_BUDGET = 1_000
 DEVICES = 60
 
 
@@ -56,18 +60,22 @@ def allowed_s(limit: float) -> float:
     return limit * 1.05 + (1.0 if limit < 20 else 0.0)
 
 
-def chain_case(tmp: Path, scale: float = 1.0) -> list[str]:
+def chain_case(tmp: Path, scale: float = 1.0, budget: int = CHAIN_BUDGET) -> list[str]:
     data = chain_json(random.Random(0), CHAIN_LAYERS)
     for node in data["nodes"]:
         if "cost_cpu" in node:
             node["cost_cpu"] *= scale
     path = tmp / f"chain-{scale:g}.json"
     path.write_text(json.dumps(data))
-    return ["--graph-json", str(path), "--budget", "cpu=20000", "--alignment", "1"]
+    return ["--graph-json", str(path), "--budget", f"cpu={budget}", "--alignment", "1"]
 
 
 def huge_costs_case(tmp: Path) -> list[str]:
     return chain_case(tmp, scale=1e13)
+
+
+def refused_chain_case(tmp: Path) -> list[str]:
+    return chain_case(tmp, budget=CHAIN_REFUSED_BUDGET)
 
 
 def many_devices_case(tmp: Path) -> list[str]:
@@ -105,6 +113,8 @@ CASES: dict[str, tuple[float, Callable[[Path], list[str]]]] = {
     "chain20k@2s": (2.0, chain_case),
     "chain20k@10s": (10.0, chain_case),
     "chain20k-1e13-costs@2s": (2.0, huge_costs_case),
+    "chain20k-refused@2s": (2.0, refused_chain_case),
+    "chain20k-refused@10s": (10.0, refused_chain_case),
     "mlp_sgd-60-devices@2s": (2.0, many_devices_case),
     # Budgets of persistent + 50% of the activations (bench/remat/budgets.md).
     "resnet18_narrow@10s": (10.0, model_case("resnet18_narrow", "2.6MiB")),
