@@ -19,6 +19,9 @@ from planner.remat.evict import evict_candidates
 from schemas.plan import PlanRequest
 from tests.support.fixture_zoo import model_path
 
+# 13 s: `make test` keeps under 10 minutes; CI runs it in its slow step.
+pytestmark = pytest.mark.slow
+
 # persistent bytes + 30% of ResNet-CIFAR's keep-everything activations (bench/remat/budgets.md):
 # no plan found in 60 s, and the refusal named the keep-everything arena, 6,169,728 B.
 BUDGET = 2_290_358

@@ -155,3 +155,34 @@ def test_no_lower_factor_follows_a_run_that_overshoots_in_its_own_count(monkeypa
     assert runs[0] is not None and runs[0].overshoot > evict.HOPELESS_OVERSHOOT * budget
     assert not found.fitting and found.smallest_peak is not None
     assert found.smallest_peak > budget
+
+
+def test_past_the_deadline_no_rule_after_the_first_starts(monkeypatch):
+    """Each rule's first run completes whatever the time while nothing fits; past the deadline
+    only the first rule's runs: at a budget no run meets, a refused 20,000-op chain at 2 s spent
+    a second on each rule's run. Here a 2,002-op chain at a budget nothing meets, with the
+    deadline already passed: one complete run of the first rule, none of the others."""
+    import random
+    import time
+
+    from planner.ir.graph_json import graph_from_node_link
+    from planner.memory.liveness import order_lower_bound
+    from planner.profile.costs import costs_from_profile
+    from planner.remat import evict
+    from tests.support.chains import chain_json
+
+    graph, profile = graph_from_node_link(chain_json(random.Random(0), 1000), name="chain")
+    order = optimize_order(graph, use_solver=False, time_limit=1).order
+    costs = costs_from_profile(profile, graph, ["cpu"])
+    rules: list[str] = []
+    real = evict.evict_schedule
+
+    def counted(*args, **kwargs):
+        rules.append(kwargs["rule"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evict, "evict_schedule", counted)
+    found = evict.evict_candidates(graph, [order], "cpu", order_lower_bound(graph), costs,
+                                   alignment=1, deadline=time.perf_counter())
+    assert not found.fitting
+    assert rules == [evict.RULES[0]]
