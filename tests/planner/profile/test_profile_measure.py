@@ -25,10 +25,10 @@ def fixture(name: str):
 
 def whole_graph_seconds(path: Path, inputs: dict, threads: int = 1, budget_s: float = 1.0
                         ) -> float:
-    """Fastest of repeated whole-graph runs: same session settings as the per-op sessions
+    """Median of repeated whole-graph runs: same session settings as the per-op sessions
     (optimizations off, sequential, `threads` intra-op threads), inputs and outputs bound up
-    front (as the runtime binds its arenas). The fastest run is the one least disturbed by the
-    other processes sharing this machine."""
+    front (as the runtime binds its arenas). The median, as each op's cost is: the fastest of
+    mlp_sgd's 58-93 us runs once made the ops' medians 2.06x it in the suite."""
     session = ort.InferenceSession(str(path), session_options(threads),
                                    providers=["CPUExecutionProvider"])
     binding = session.io_binding()
@@ -46,7 +46,7 @@ def whole_graph_seconds(path: Path, inputs: dict, threads: int = 1, budget_s: fl
         start = time.perf_counter_ns()
         session.run_with_iobinding(binding)
         times.append((time.perf_counter_ns() - start) * 1e-9)
-    return min(times)
+    return float(np.median(times))
 
 
 @pytest.mark.parametrize("name", ["mlp_sgd", "cnn_bn_momentum"])
