@@ -305,8 +305,9 @@ def _large(graph: Graph, order: Sequence[int], budget_bytes: Mapping[str, int],
     if fill:
         candidates = _filled(graph, candidates, budget_bytes, costs, memory_unit,
                              deadline=started + time_limit)
-    model = _evicted_only(graph, device, f"past {LARGE_GRAPH_OPS} ops: the eviction simulation "
-                          "(planner.remat.evict) and the fill pass (planner.remat.fill) alone")
+    model = _no_model(graph, device, "evict", f"past {LARGE_GRAPH_OPS} ops: the eviction "
+                      "simulation (planner.remat.evict) and the fill pass (planner.remat.fill) "
+                      "alone")
     lower = _held_by_best(graph, candidates, _lower_bound(costs, crossing, None), *bounded,
                           costs, memory_unit)
     smallest = min((c.stats.peaks.get(device, 0) for c in candidates),
@@ -323,14 +324,16 @@ def result_of(graph: Graph, candidates: Sequence[Candidate], device: str, costs:
     started = time.perf_counter()
     ranked = sorted(candidates, key=lambda c: c.seconds)
     smallest = min((c.stats.peaks.get(device, 0) for c in ranked), default=None)
-    return _result(ranked, _lower_bound(costs, None, None), False,
-                   _evicted_only(graph, device, why), costs, device, smallest, (), started)
+    model = _no_model(graph, device, "searched apart", why)
+    return _result(ranked, _lower_bound(costs, None, None), False, model, costs, device,
+                   smallest, (), started)
 
 
-def _evicted_only(graph: Graph, device: str, why: str) -> ModelOutcome:
-    """The model outcome of a result no model was solved for, `why`."""
+def _no_model(graph: Graph, device: str, tier: str, why: str) -> ModelOutcome:
+    """The model outcome of a result no model was solved for (`tier`: what made its schedules;
+    `why`)."""
     reductions = (*base_reductions(graph, device), Reduction("no model solved", False, why))
-    return ModelOutcome("evict", "replay", reductions, exact=False)
+    return ModelOutcome(tier, "replay", reductions, exact=False)
 
 
 def _lower_bound(costs: CostTable, crossing: CrossingBound | None, model_bound: float | None
