@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import time
 
+from planner.ir.graph import load_graph
 from planner.pipeline.orchestrate import plan_model_costed
+from planner.profile import profile_graph
+from planner.time_budget import PIPELINE_SHARES
 from schemas.plan import PlanRequest
 from tests.support.fixture_zoo import model_path
 
@@ -13,11 +16,16 @@ from tests.support.fixture_zoo import model_path
 def test_a_cold_profile_takes_its_share_of_the_request_clock(tmp_path, monkeypatch):
     """The per-op profile was given no limit: a cold MobileNetV2 profile took 11 s of a 10 s
     request. Now it gets its share of what is left (planner.time_budget: TimeBudget.profile);
-    ops it has no time for get labelled estimates, and the request keeps its limit. At 5 s: at
-    2.5 s, on a host running plain Python about 2x slower, the one solve the clock left had no
-    room for a layout retry and was refused for fragmentation (27 KB over)."""
+    ops it has no time for get labelled estimates, and the request keeps its limit. The limit
+    is set from a cold profile timed first, so that the profile's share is below it on any
+    host: a fixed 5 s left a whole share to a 0.8 s profile on a fast host (no estimates), and
+    a fixed 2.5 s, on a host running plain Python about 2x slower, left the one remat solve no
+    room for a layout retry (refused for fragmentation, 27 KB over)."""
+    graph = load_graph(model_path("resnet18_narrow"), optimization="extended")
+    monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path / "timing"))
+    whole = profile_graph(graph, ["cpu"]).total_seconds
     monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path / "cold"))
-    limit = 5.0
+    limit = 0.8 * whole / PIPELINE_SHARES.profile  # the profile gets less than this share of it
     request = PlanRequest(budgets={"cpu": int(2.6 * 2**20)}, time_limit_s=limit)
     started = time.perf_counter()
     costed = plan_model_costed(model_path("resnet18_narrow"), request)
