@@ -154,7 +154,7 @@ class RematFit:
                     and smallest.plan.devices[0].arena_bytes <= self.order.peak_bytes
                     else self.keep_all_arena)
         raise_infeasible(self.graph, self.request, result, smallest, keep_all,
-                         fragmented=over)
+                         fragmented=over, elapsed_s=self.clock.elapsed())
 
     def _solve(self, target: dict[str, int], attempt: int,
                notify: Callable[[str, dict], None]) -> RematResult:

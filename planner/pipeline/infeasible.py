@@ -34,6 +34,9 @@ from schemas.plan import PlanRequest
 
 # smallest_plan's time: the bisection of remat targets, the layout.
 SMALLEST_SHARES = (0.8, 0.2)
+# A refusal that came before this share of the time limit ended because the searches did, not
+# the time: it says so, and does not suggest more time (raise_infeasible).
+RAN_OUT_SHARE = 0.8
 
 
 def check_above_lower_bound(graph: Graph, request: PlanRequest) -> None:
@@ -80,20 +83,31 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
 
 def raise_infeasible(graph: Graph, request: PlanRequest, result: RematResult | None,
                      smallest: BuiltPlan | None, keep_all_arena: Callable[[], int] | None,
-                     fragmented: dict[str, int] | None = None) -> NoReturn:
+                     fragmented: dict[str, int] | None = None,
+                     elapsed_s: float | None = None) -> NoReturn:
     """No plan within the budgets: say what to ask for. Proven infeasibility says so (the exact
     model's verdict); otherwise the smallest budget this planner is known to meet: the arena of
     `smallest` (smallest_plan), else of keeping everything (`keep_all_arena`). `fragmented`:
     the bytes by which the arenas of the schedules found exceeded the budgets (when the search
-    found schedules within the budgets that did not lay out within them)."""
+    found schedules within the budgets that did not lay out within them). `elapsed_s`: the
+    seconds the request ran; more time is suggested only when it used RAN_OUT_SHARE of its limit
+    (or the time is not known): UNet-small at persistent + 30% of its activations was refused
+    after 32 s of 60 s ("none found in 60 s ... or allow more time"), every phase of its search
+    having ended before its deadline."""
     lower = order_lower_bound(graph)
+    limit = request.time_limit_s
+    ran_out = elapsed_s is None or elapsed_s >= RAN_OUT_SHARE * limit
     if fragmented:
         verdict = ("the arenas of the best plans found exceed the budgets (fragmentation): "
                    + ", ".join(f"{d} by {e} B" for d, e in fragmented.items()))
     elif result is not None and result.status == "INFEASIBLE":
         verdict = "proven infeasible for the fixed order"
+    elif ran_out:
+        verdict = f"none found in {limit:g} s, not proven impossible"
     else:
-        verdict = f"none found in {request.time_limit_s:g} s, not proven impossible"
+        verdict = (f"none found, not proven impossible: the searches ended after "
+                   f"{elapsed_s:.0f} s of the {limit:g} s allowed")
+    more_time = ", or allow more time" if ran_out else ""
     known = [] if smallest is None else [smallest.plan.devices[0].arena_bytes]
     if keep_all_arena is not None:
         known.append(keep_all_arena())
@@ -103,17 +117,18 @@ def raise_infeasible(graph: Graph, request: PlanRequest, result: RematResult | N
         raise InfeasibleError(
             f"no plan within {dict(request.budgets)} B ({verdict}); the smallest budget this "
             f"planner meets on {home} is {achieved} B (no plan can go below {lower} B); ask for "
-            f"at least {achieved} B, or allow more time",
+            f"at least {achieved} B{more_time}",
             smallest_feasible=achieved,
         )
     if fragmented:
         raise InfeasibleError(
             f"no plan within {dict(request.budgets)} B ({verdict}); ask for "
-            + ", ".join(f"{d}={request.budgets[d] + e} B" for d, e in fragmented.items()),
+            + ", ".join(f"{d}={request.budgets[d] + e} B" for d, e in fragmented.items())
+            + more_time,
             smallest_feasible=max(request.budgets[d] + e for d, e in fragmented.items()),
         )
     raise InfeasibleError(
         f"no plan within {dict(request.budgets)} B ({verdict}); no plan can go below {lower} B "
-        f"on one device; ask for more than {lower} B and allow more time",
+        f"on one device; ask for more than {lower} B{more_time.replace(', or', ' and')}",
         smallest_feasible=lower, is_lower_bound=True,
     )

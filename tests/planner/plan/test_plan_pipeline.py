@@ -12,6 +12,7 @@ from planner.ir.graph import load_graph
 from planner.memory.liveness import order_lower_bound
 from planner.pipeline import plan_graph, plan_model
 from planner.pipeline.fit import RematFit, lowered_target
+from planner.pipeline.infeasible import raise_infeasible
 from planner.plan.validate import validate_plan
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.workspace import plan_workspace
@@ -90,6 +91,23 @@ def test_the_budget_a_refusal_names_gets_a_plan(cnn):
     plan = plan_for("cnn_bn_momentum", budget=named)
     assert validate_plan(graph, plan).ok
     assert plan.devices[0].arena_bytes <= named
+
+
+def test_a_refusal_suggests_more_time_only_when_the_request_ran_out_of_it():
+    """MLP at persistent + 50% of its activations (32,156 B) is refused within a few seconds of
+    a 30 s limit: its searches end, not the time, so the refusal does not suggest more time
+    (UNet-small at + 30% was told "none found in 60 s ... or allow more time" after 32 s)."""
+    request = PlanRequest(budgets={"cpu": 32_156}, time_limit_s=30)
+    with pytest.raises(InfeasibleError) as info:
+        plan_model(model_path("mlp_sgd"), request)
+    assert "more time" not in str(info.value)
+    graph = load_graph(model_path("mlp_sgd"))
+    with pytest.raises(InfeasibleError, match="the searches ended after 3 s of the 30 s allowed"
+                       ) as early:
+        raise_infeasible(graph, request, None, None, lambda: 40_000, elapsed_s=3.0)
+    assert "more time" not in str(early.value)
+    with pytest.raises(InfeasibleError, match=r"none found in 30 s.*or allow more time"):
+        raise_infeasible(graph, request, None, None, lambda: 40_000, elapsed_s=29.0)
 
 
 def test_cli_plan_writes_a_plan_and_exit_codes(tmp_path, capsys):
