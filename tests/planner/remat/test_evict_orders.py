@@ -106,7 +106,7 @@ def test_a_fit_evicting_backward_values_lets_the_next_orders_forward_eviction_ru
     fits = {(0, True), (1, False), (2, False)}
 
     def stub(graph, order, device, budget, costs, alignment, deadline, rule, recomputable,
-             name, found, complete):
+             name, found, complete, jitter=None):
         backward = evict.BACKWARD_TOO in name
         number = next(k for k, o in enumerate(orders) if list(order) == o)
         runs.append((number, backward))
