@@ -129,6 +129,7 @@ def raise_infeasible(graph: Graph, request: PlanRequest, result: RematResult | N
         )
     raise InfeasibleError(
         f"no plan within {dict(request.budgets)} B ({verdict}); no plan can go below {lower} B "
-        f"on one device; ask for more than {lower} B{more_time.replace(', or', ' and')}",
+        f"on one device; ask for more than {lower} B"
+        + (" and allow more time" if ran_out else ""),
         smallest_feasible=lower, is_lower_bound=True,
     )
