@@ -1,8 +1,10 @@
 """A persistent SQLite cache of op measurements, shared by every profiling run on a machine.
 
 Key: sha256 of the op signature (planner.profile.signature), the execution provider, the intra-op
-thread count, the onnxruntime version and the fingerprint of the machine (CPU model, core count,
-GPU name of the device). Unsupported results are cached too, so a second run does not retry them.
+thread count, the onnxruntime version, the fingerprint of the machine (CPU model, core count,
+GPU name of the device), the clock and the timing rule's revision (planner.profile.timing).
+Unsupported results are
+cached too, so a second run does not retry them.
 
 The file may be used by several processes at once: WAL journal mode, a busy timeout, and every
 read or write is its own short transaction.
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from planner.cache_dir import cache_dir
 from planner.errors import InvalidInputError
+from planner.profile.timing import METHOD_REVISION
 
 CACHE_FILE_NAME = "profile-cache.sqlite"
 QUERY_KEYS = 500  # keys per lookup query (SQLite allows 999 parameters in older builds)
@@ -64,11 +67,12 @@ class CacheKey:
     ort_version: str
     machine: str
     clock: str  # planner.profile.timing.CLOCKS: costs timed on another clock are not reused
+    method: str = METHOD_REVISION  # costs timed under another rule are not reused either
 
     @cached_property
     def digest(self) -> str:
         text = json.dumps([self.signature, self.provider, self.threads, self.ort_version,
-                           self.machine, self.clock])
+                           self.machine, self.clock, self.method])
         return hashlib.sha256(text.encode()).hexdigest()
 
 

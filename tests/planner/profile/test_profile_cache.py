@@ -38,7 +38,7 @@ def test_second_run_is_served_from_the_cache(tmp_path):
     assert other.cache.hits == 0
 
 
-def test_cache_key_covers_signature_provider_threads_version_machine_clock():
+def test_cache_key_covers_signature_provider_threads_version_machine_clock_method():
     base = CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1", "wall")
     variants = [
         CacheKey("sig2", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1", "wall"),
@@ -47,8 +47,9 @@ def test_cache_key_covers_signature_provider_threads_version_machine_clock():
         CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.32.0", "m1", "wall"),
         CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m2", "wall"),
         CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1", "thread-cpu"),
+        CacheKey("sig", "Add", "CPUExecutionProvider", 1, "1.31.1", "m1", "wall", "old-rule"),
     ]
-    assert len({base.digest, *(v.digest for v in variants)}) == 7
+    assert len({base.digest, *(v.digest for v in variants)}) == 8
 
 
 def test_signature_separates_shapes_and_attributes():

@@ -167,3 +167,32 @@ def test_a_cpu_kernel_costs_the_same_with_another_process_on_its_core():
     finally:
         os.sched_setaffinity(0, saved)
     assert loaded <= 1.6 * quiet, (quiet, loaded)
+
+
+def test_ops_past_20us_or_ten_run_overheads_are_timed_directly():
+    """The differential figure finds the inputs in L1 on every copy after the first, as no
+    training step does (planner.profile.timing), so only ops too cheap for the run overhead's
+    noise use it: how small that is depends on the device's run overhead."""
+    from planner.profile.devices import Device, create_session
+    from planner.profile.timing import CLOCKS, QUICK_POLICY, time_kernel
+
+    def session_of(n: int):
+        model = make_model([helper.make_node("MatMul", ["a", "b"], ["c"])],
+                           [value("a", [n, n]), value("b", [n, n])], [value("c", [n, n])])
+        session = create_session(model, Device("cpu", 0), 1)
+        feeds = {"a": np.ones((n, n), np.float32), "b": np.ones((n, n), np.float32)}
+        return lambda: session.run(None, feeds)
+
+    def differential(run, overhead: float) -> bool:
+        asked = []
+
+        def copies():
+            asked.append(True)
+            return None  # as when k copies do not fit: the op is then timed directly anyway
+        time_kernel(run, copies, overhead, QUICK_POLICY, CLOCKS["thread-cpu"])
+        return bool(asked)
+
+    large, small = session_of(160), session_of(2)  # ~100-400 us and well under 1 us
+    assert not differential(large, 2e-6)  # a CPU's run overhead: 20 us decides
+    assert differential(large, 1e-4)  # a run overhead of 100 us: only ops past 1 ms are direct
+    assert differential(small, 2e-6)
