@@ -3,8 +3,7 @@
 Key: sha256 of the op signature (planner.profile.signature), the execution provider, the intra-op
 thread count, the onnxruntime version, the fingerprint of the machine (CPU model, core count,
 GPU name of the device), the clock and the timing rule's revision (planner.profile.timing).
-Unsupported results are
-cached too, so a second run does not retry them.
+Unsupported results are cached too, so a second run does not retry them.
 
 The file may be used by several processes at once: WAL journal mode, a busy timeout, and every
 read or write is its own short transaction.
