@@ -92,16 +92,41 @@ def order_lower_bound(graph: Graph) -> int:
     the state's storage), and an output that may be written over one of its op's inputs
     (planner.memory.sharing) adds nothing to that op's footprint.
     """
-    bound = _LOWER_BOUNDS.get(graph)
-    if bound is None:
-        bound = _LOWER_BOUNDS[graph] = _op_footprint_bound(graph)
-    return bound
+    return _footprint(graph).bound
 
 
-_LOWER_BOUNDS: weakref.WeakKeyDictionary[Graph, int] = weakref.WeakKeyDictionary()
+def lower_bound_reason(graph: Graph) -> str:
+    """Which step sets the op-footprint bound and of what, for a refusal to name: the bytes a
+    user can change (a smaller batch, a split op) are those of that step."""
+    found = _footprint(graph)
+    n = len(graph.ops)
+    if found.group < n:
+        op = graph.ops[found.group]
+        what = f"op {op.name!r} ({op.op_type}) with its inputs and outputs"
+    else:
+        what = "the graph inputs" if found.group == n else "the graph outputs"
+    return (f"state and constants take {found.baseline} B and {what} "
+            f"{found.bound - found.baseline} B more")
 
 
-def _op_footprint_bound(graph: Graph) -> int:
+@dataclass(frozen=True)
+class _Footprint:
+    bound: int
+    baseline: int  # constants and state
+    group: int  # the group of most bytes: an op's index, len(ops) graph inputs, +1 outputs
+
+
+def _footprint(graph: Graph) -> _Footprint:
+    found = _FOOTPRINTS.get(graph)
+    if found is None:
+        found = _FOOTPRINTS[graph] = _op_footprint_bound(graph)
+    return found
+
+
+_FOOTPRINTS: weakref.WeakKeyDictionary[Graph, _Footprint] = weakref.WeakKeyDictionary()
+
+
+def _op_footprint_bound(graph: Graph) -> _Footprint:
     """See order_lower_bound: constants and state, plus the most that one group of values
     needs at once, a group being an op's inputs and the outputs it cannot write over one of
     them, or the graph inputs, or the graph outputs."""
@@ -115,8 +140,9 @@ def _op_footprint_bound(graph: Graph) -> int:
     written = _members([op.output_ids for op in graph.ops])  # group k: op k, as in `read`
     written = written[:, ~np.isin(written[1], list(overwrites))]
     baseline = sum(graph.tensors[t].nbytes for t in always)
-    return baseline + _largest_storage_bytes(graph, np.concatenate([read, written], axis=1),
-                                             root, always | sharing.in_state)
+    largest, group = _largest_storage_bytes(graph, np.concatenate([read, written], axis=1),
+                                            root, always | sharing.in_state)
+    return _Footprint(baseline + largest, baseline, group)
 
 
 def _members(groups: list[Sequence[int]]) -> np.ndarray:
@@ -127,12 +153,12 @@ def _members(groups: list[Sequence[int]]) -> np.ndarray:
 
 
 def _largest_storage_bytes(graph: Graph, members: np.ndarray, root: dict[int, int],
-                           uncounted: AbstractSet[int]) -> int:
+                           uncounted: AbstractSet[int]) -> tuple[int, int]:
     """The most bytes that the distinct storages of one group's tensors (`members`: group and
-    tensor rows) hold, storages in `uncounted` holding none. Vectorized: a set and a sum per op
-    in Python took half as long again on 20,000 ops, and the bound is taken before ordering
-    starts, on the request's clock. Bytes are summed as Python ints (an object array): exact
-    for any size."""
+    tensor rows) hold, storages in `uncounted` holding none, and that group. Vectorized: a set
+    and a sum per op in Python took half as long again on 20,000 ops, and the bound is taken
+    before ordering starts, on the request's clock. Bytes are summed as Python ints (an object
+    array): exact for any size."""
     n = len(graph.tensors)
     storage = np.arange(n, dtype=np.int64)
     storage[list(root)] = list(root.values())
@@ -140,6 +166,8 @@ def _largest_storage_bytes(graph: Graph, members: np.ndarray, root: dict[int, in
                        dtype=object)
     pairs = np.unique(members[0] * n + storage[members[1]])  # by group, each storage once
     if not pairs.size:
-        return 0
+        return 0, len(graph.ops)
     starts = np.flatnonzero(np.diff(pairs // n, prepend=-1))
-    return int(np.add.reduceat(counted[pairs % n], starts).max())
+    sums = np.add.reduceat(counted[pairs % n], starts)
+    most = int(np.argmax(sums))
+    return int(sums[most]), int(pairs[starts[most]] // n)

@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from planner.errors import InfeasibleError
 from planner.ir.graph import Graph
-from planner.memory.liveness import order_lower_bound
+from planner.memory.liveness import lower_bound_reason, order_lower_bound
 from planner.order import OrderResult
 from planner.plan.builder import BuiltPlan, build_plan
 from planner.profile.costs import CostTable
@@ -48,8 +48,8 @@ def check_above_lower_bound(graph: Graph, request: PlanRequest) -> None:
     if budget < lower:
         raise InfeasibleError(
             f"{device}: no plan fits {budget} B: some step needs {lower} B "
-            f"live at once whatever the order or recomputation (state, constants and one op's "
-            f"inputs and outputs); ask for at least {lower} B",
+            f"live at once whatever the order or recomputation ({lower_bound_reason(graph)}); "
+            f"ask for at least {lower} B",
             smallest_feasible=lower, is_lower_bound=True,
         )
 

@@ -22,7 +22,7 @@ from itertools import zip_longest
 import numpy as np
 
 from planner.ir.graph import Graph
-from planner.memory.liveness import order_lower_bound
+from planner.memory.liveness import lower_bound_reason, order_lower_bound
 from planner.memory.schedule import Schedule, first_computations
 from planner.memory.simulate import ScheduleStats, simulate
 from planner.order.just_in_time import deferred
@@ -557,7 +557,7 @@ def _below_lower_bound(graph: Graph, budget_bytes: Mapping[str, int], costs: Cos
     device, budget = next(iter(budget_bytes.items()))
     return _proven_infeasible(device, costs, started, (
         f"{device}: {budget} B is below {order_lower_bound(graph)} B, which some step needs "
-        "whatever the order or recomputation"))
+        f"whatever the order or recomputation ({lower_bound_reason(graph)})"))
 
 
 def _crossing_infeasible(budget_bytes: Mapping[str, int], costs: CostTable, started: float,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -214,3 +215,21 @@ def test_a_retry_aims_no_lower_than_a_quarter_of_the_way_from_the_bound_to_the_b
         fit = RematFit(graph, request, order=None, costs=None, plan_id="t",
                        clock=TimeBudget(10), keep_all_arena=None)
         assert fit._floor("cpu") == bound + (budget - bound) // 4
+
+
+def test_a_refusal_below_the_op_footprint_bound_names_the_step_that_sets_it():
+    """The bytes a user can change (a smaller batch, a split op) are those of one step: the
+    refusal names it, and that op's inputs and outputs beside the state are the bound."""
+    graph = load_graph(model_path("cnn_bn_momentum"))
+    lower = order_lower_bound(graph)
+    with pytest.raises(InfeasibleError) as info:
+        plan_model(model_path("cnn_bn_momentum"), PlanRequest(budgets={"cpu": lower - 1}))
+    assert info.value.is_lower_bound and info.value.smallest_feasible == lower
+    named = re.search(r"state and constants take (\d+) B and op '([^']+)' \((\w+)\) with its "
+                      r"inputs and outputs (\d+) B more", str(info.value))
+    assert named is not None, str(info.value)
+    state, name, op_type, more = named.groups()
+    op = next(o for o in graph.ops if o.name == name)
+    assert op.op_type == op_type and int(state) + int(more) == lower
+    footprint = {*op.input_ids, *op.output_ids}
+    assert int(more) <= sum(graph.tensors[t].nbytes for t in footprint)
