@@ -143,9 +143,11 @@ class RematFit:
         found overshot."""
         smallest = None
         if len(self.request.budgets) == 1 and not self.clock.spent():
+            seen = () if result is None or result.smallest_peak_bytes is None else (
+                result.smallest_peak_bytes,)
             smallest = smallest_plan(self.graph, self.request, self.order, self.costs,
                                      self.plan_id, self.clock.smallest_plan(),
-                                     self.other_orders)
+                                     self.other_orders, seen)
             if smallest is not None and not overshoot(smallest.plan):
                 return smallest
         # An arena holds the order's peak at least: keeping everything cannot beat a smaller

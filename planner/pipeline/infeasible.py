@@ -55,18 +55,20 @@ def check_above_lower_bound(graph: Graph, request: PlanRequest) -> None:
 
 
 def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs: CostTable,
-                  plan_id: str, time_limit: float, other_orders: Sequence[Sequence[int]] = ()
-                  ) -> BuiltPlan | None:
+                  plan_id: str, time_limit: float, other_orders: Sequence[Sequence[int]] = (),
+                  seen: Sequence[int] = ()) -> BuiltPlan | None:
     """The plan of the schedule of least peak the remat search reaches on the request's one
     device (planner.remat.smallest: its targets bisected between the op-footprint bound and the
     keep-everything peak of the order), laid out for the request's budget (the arena may exceed
     it) with reports whose bound and status hold for that budget. None when no schedule is
-    found in `time_limit` (shared SMALLEST_SHARES)."""
+    found in `time_limit` (shared SMALLEST_SHARES). `seen`: peaks the request's search replayed,
+    aimed at first (least_peak)."""
     (device, _), = request.budgets.items()
     search_share, layout_share = SMALLEST_SHARES
     found = least_peak(graph, order.order, device, costs, order_lower_bound(graph),
                        order.peak_bytes, memory_unit=request.alignment,
-                       time_limit=search_share * time_limit, other_orders=other_orders)
+                       time_limit=search_share * time_limit, other_orders=other_orders,
+                       seen=seen)
     if found.schedule is None:
         return None
     result = result_of(graph, [found.schedule], device, costs,

@@ -49,10 +49,12 @@ class LeastPeak:
 
 def least_peak(graph: Graph, order: Sequence[int], device: str, costs: CostTable, lower: int,
                upper: int, *, memory_unit: int, time_limit: float,
-               other_orders: Sequence[Sequence[int]] = ()) -> LeastPeak:
+               other_orders: Sequence[Sequence[int]] = (), seen: Sequence[int] = ()
+               ) -> LeastPeak:
     """See the module doc: up to PROBES probes on [lower, upper] in `time_limit` seconds, each given
-    an equal share of the time left. A probe aims, once each, at the least peak a run replayed when
-    it lies inside the interval (UNet-small at persistent + 30% of its activations: 477,824-485,952
+    an equal share of the time left. A probe aims, once each, at the least peak a run replayed that
+    lies inside the interval (a probe aimed at a peak may replay just above it: the next aims
+    there) (UNet-small at persistent + 30% of its activations: 477,824-485,952
     B named, 485,952-486,144 B with the middle alone); else, after a probe that fitted, a quarter of
     the interval below its top, else at its middle. Aimed far below what it can reach, a probe finds
     nothing and spends its whole share; aimed near it, it fits in half that (ResNet-CIFAR, 10 s:
@@ -60,11 +62,14 @@ def least_peak(graph: Graph, order: Sequence[int], device: str, costs: CostTable
     2,957,312 B here and 3,359,552 B on a slower machine; the quarter step fitted at 2,835,776 B in
     0.9 s and it named 2,835,776-2,863,232 B). The first always completes; the next start only while
     the time left covers the last one's (a probe's first eviction run completes whatever its share:
-    on the 20,000-op chain each took 2 s of a 0.2-0.6 s share)."""
+    on the 20,000-op chain each took 2 s of a 0.2-0.6 s share). `seen`: peaks that earlier runs
+    replayed (the request's own remat search), aimed at like the probes' own: UNet-small's search
+    at persistent + 30% of its activations replayed 477,120 B, and a bisection that started
+    without it aimed at 830,238 B, then 502,899 B, and ended at 542,656 B."""
     started = time.perf_counter()
     low, high = lower, upper
     least: Candidate | None = None
-    replayed: list[int] = []
+    replayed: list[int] = list(seen)
     last = 0.0  # seconds the last probe took
     tried: set[int] = set()
     fitted = False
@@ -72,9 +77,9 @@ def least_peak(graph: Graph, order: Sequence[int], device: str, costs: CostTable
         remaining = time_limit - (time.perf_counter() - started)
         if high - low <= TOLERANCE * high or (k and remaining < max(last, 1e-9)):
             break
-        seen = min(replayed, default=None)
-        if seen is not None and low < seen < high and seen not in tried:
-            middle = seen
+        aims = [peak for peak in replayed if low < peak < high and peak not in tried]
+        if aims:
+            middle = min(aims)
         elif fitted:
             middle = high - (high - low) // 4
         else:

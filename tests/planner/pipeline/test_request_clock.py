@@ -24,14 +24,22 @@ def test_a_cold_profile_takes_its_share_of_the_request_clock(tmp_path, monkeypat
     graph = load_graph(model_path("resnet18_narrow"), optimization="extended")
     monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path / "timing"))
     whole = profile_graph(graph, ["cpu"]).total_seconds
-    monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path / "cold"))
-    limit = 0.8 * whole / PIPELINE_SHARES.profile  # the profile gets less than this share of it
-    request = PlanRequest(budgets={"cpu": int(2.6 * 2**20)}, time_limit_s=limit)
-    started = time.perf_counter()
-    costed = plan_model_costed(model_path("resnet18_narrow"), request)
-    elapsed = time.perf_counter() - started
-    assert elapsed <= limit * 1.05 + 1.0
-    assert costed.plan.devices[0].arena_bytes <= request.budgets["cpu"]
-    assert costed.measured_profile is not None
-    sources = {op.costs["cpu"].source for op in costed.measured_profile.ops}
-    assert sources == {"measured", "estimated"}
+    # A capture is not started when its estimated cost does not fit, so between a share that
+    # measures nothing and one that measures everything lies a narrow range: here 1.0-1.4x a
+    # whole cold profile (nothing measured at 0.9x, 1,498 of 1,804 ops at 1.1x, all at 1.5x)
+    # once ops past 20 us were timed directly (a whole profile 0.8 -> 0.5 s; 0.8x had been
+    # inside it). Each limit tried is kept; one of them must leave estimates beside costs.
+    mixed = []
+    for factor in (0.95, 1.1, 1.25, 1.4):
+        monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path / f"cold-{factor}"))
+        limit = factor * whole / PIPELINE_SHARES.profile
+        request = PlanRequest(budgets={"cpu": int(2.6 * 2**20)}, time_limit_s=limit)
+        started = time.perf_counter()
+        costed = plan_model_costed(model_path("resnet18_narrow"), request)
+        elapsed = time.perf_counter() - started
+        assert elapsed <= limit * 1.05 + 1.0
+        assert costed.plan.devices[0].arena_bytes <= request.budgets["cpu"]
+        assert costed.measured_profile is not None
+        sources = {op.costs["cpu"].source for op in costed.measured_profile.ops}
+        mixed.append(sources == {"measured", "estimated"})
+    assert any(mixed)
