@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from functools import cached_property
+from functools import cached_property, wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import onnx
@@ -424,3 +425,20 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
             value = [v.decode("utf-8", errors="replace") for v in value]
         values[attr.name] = value
     return values
+
+
+_Analysis = TypeVar("_Analysis")
+
+
+def per_graph(analyze: Callable[[Graph], _Analysis]) -> Callable[[Graph], _Analysis]:
+    """`analyze` computed once per graph and kept while the graph lives: a graph is immutable
+    and hashed by identity, and the phases of one request ask for the same analyses (the
+    request check, ordering, remat and the plan builder)."""
+    found: weakref.WeakKeyDictionary[Graph, _Analysis] = weakref.WeakKeyDictionary()
+
+    @wraps(analyze)
+    def once(graph: Graph) -> _Analysis:
+        if graph not in found:
+            found[graph] = analyze(graph)
+        return found[graph]
+    return once

@@ -16,7 +16,6 @@ and heuristics, remat's reorder passes and the reports take "peak" from here:
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from itertools import chain
 
 import numpy as np
 
-from planner.ir.graph import Graph
+from planner.ir.graph import Graph, per_graph
 from planner.memory.replay import replay
 from planner.memory.schedule import Compute, Schedule, home_on
 from planner.memory.sharing import state_updates
@@ -116,17 +115,8 @@ class _Footprint:
     group: int  # the group of most bytes: an op's index, len(ops) graph inputs, +1 outputs
 
 
+@per_graph
 def _footprint(graph: Graph) -> _Footprint:
-    found = _FOOTPRINTS.get(graph)
-    if found is None:
-        found = _FOOTPRINTS[graph] = _op_footprint_bound(graph)
-    return found
-
-
-_FOOTPRINTS: weakref.WeakKeyDictionary[Graph, _Footprint] = weakref.WeakKeyDictionary()
-
-
-def _op_footprint_bound(graph: Graph) -> _Footprint:
     """See order_lower_bound: constants and state, plus the most that one group of values
     needs at once, a group being an op's inputs and the outputs it cannot write over one of
     them, or the graph inputs, or the graph outputs."""

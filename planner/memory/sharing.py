@@ -31,11 +31,10 @@ so they occupy their bytes for the whole step (CalcGraph's parameter / optimizer
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from planner.ir.graph import Graph, Op, Tensor
+from planner.ir.graph import Graph, Op, Tensor, per_graph
 from schemas.plan import IN_PLACE_OP_TYPES, SINGLE_INPUT_IN_PLACE_OP_TYPES, VIEW_OP_TYPES
 
 # The plan contract names the ops (schemas.plan): views write nothing (ONNX Runtime registers them
@@ -74,15 +73,10 @@ class Sharing:
         return tensor
 
 
+@per_graph
 def state_updates(graph: Graph) -> Sharing:
     """The analysis of `graph` (computed once per graph: every phase asks for it)."""
-    analysis = _ANALYSES.get(graph)
-    if analysis is None:
-        analysis = _ANALYSES[graph] = _analyze(graph)
-    return analysis
-
-
-_ANALYSES: weakref.WeakKeyDictionary[Graph, Sharing] = weakref.WeakKeyDictionary()
+    return _analyze(graph)
 
 
 def takes_over_storage(old_value_reads: Iterable[int], written_at: int) -> bool:

@@ -39,14 +39,13 @@ CP-SAT's 64-bit sums could overflow (`solver_time_unit`). Sizes too large for it
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
 
 from planner.errors import InvalidInputError
-from planner.ir.graph import Graph, Region
+from planner.ir.graph import Graph, Region, per_graph
 from planner.memory.liveness import aliases_in_order
 from planner.memory.sharing import state_updates
 from planner.memory.zones import buffer_bytes, live_curve, persistent_tensors
@@ -208,6 +207,7 @@ def forward_phase(graph: Graph, order: Sequence[int], options: RematOptions
     return {op for op in recomputable_anywhere(graph) if position[op] < end}, end
 
 
+@per_graph
 def recomputable_anywhere(graph: Graph) -> frozenset[int]:
     """Ops that may run again at all, in any phase: not optimizer ops, not ops writing graph
     outputs or in-place state updates, not nondeterministic ops nor the ops reading their draws
@@ -216,13 +216,7 @@ def recomputable_anywhere(graph: Graph) -> frozenset[int]:
     (planner.remat.evict), linear in any case, may also drop backward values such as a gradient
     transposed long before it is read. Computed once per graph (a remat call asked five times:
     0.09 s of the 20,000-op chain's)."""
-    found = _RECOMPUTABLE.get(graph)
-    if found is None:
-        found = _RECOMPUTABLE[graph] = _recomputable_anywhere(graph)
-    return found
-
-
-_RECOMPUTABLE: weakref.WeakKeyDictionary[Graph, frozenset[int]] = weakref.WeakKeyDictionary()
+    return _recomputable_anywhere(graph)
 
 
 def _recomputable_anywhere(graph: Graph) -> frozenset[int]:
