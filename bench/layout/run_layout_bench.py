@@ -14,9 +14,9 @@ Writes bench/layout/results.json and bench/layout/results.md. Instances:
   the live-bytes lower bound), 150 to 450 buffers, several seeds;
 - training-step-like synthetic traces up to 5,000 buffers (with and without a persistent zone);
 - rematerialization traces (bench/layout/remat_traces/: the storages of remat schedules that
-  `plan_remat` chose for GPT-2-small at +50% and MobileNetV2 at +30% and +40% of their
-  activations, alignment 64 as in plans), laid out with the time limit a plan's remat layout
-  gets (planner.time_budget: 6 s in a 60 s request).
+  `plan_remat` chose for GPT-2-small at +50%, MobileNetV2 at +30% and +40% and UNet-Adam at
+  +30% of their activations, alignment 64 as in plans), laid out with the time limit a plan's
+  remat layout gets (planner.time_budget: 6 s in a 60 s request).
 Then (unless --no-plans) `plan_graph` keep-everything on every bench-scale model of
 bench/models/ (what the memory bench exports): the seconds its layout phase took.
 """
