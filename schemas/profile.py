@@ -42,6 +42,13 @@ class OpCost(BaseModel):
     cached: bool = Field(
         default=False, description="served from the persistent profile cache, not measured now"
     )
+    in_place_seconds: float | None = Field(
+        default=None, ge=0,
+        description="median time of one execution with the output written over the input whose "
+        "storage it may share (a view's source, an in-place op's first candidate input), which "
+        "a kernel need not copy first; measured for outputs of at least the profile's in-place "
+        "threshold (null: not measured, the op is priced at median_seconds either way)"
+    )
 
 
 class OpProfile(BaseModel):

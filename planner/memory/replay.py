@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from planner.ir.aliasing import SINGLE_INPUT_IN_PLACE_OPS, VIEW_OPS
 from planner.ir.graph import Graph, Op
 from planner.memory.schedule import Compute, Copy, Free, Schedule, ScheduleError
-from planner.memory.sharing import SINGLE_INPUT_IN_PLACE_OPS, VIEW_OPS, Sharing, state_updates
+from planner.memory.sharing import Sharing, state_updates
 from planner.memory.zones import buffer_bytes, live_curve, persistent_tensors
 
 

@@ -7,9 +7,10 @@ do better, and so do we (issue 13):
   their first input's bytes under another shape (ONNX Runtime's CPU and CUDA kernels skip the
   copy when output and input are the same address). A view always shares its source's storage,
   whatever the order; the storage lives until the last read of any of its views.
-- **In place.** An op of `IN_PLACE_OPS` (elementwise: each output element depends only on the
-  same element of each input; Softmax and LogSoftmax: each row read before it is written; a
-  scatter: over its data input only, which its kernel otherwise copies into the output first;
+- **In place.** An op of `IN_PLACE_OPS` (planner.ir.aliasing has the per-op rules; elementwise:
+  each output element depends only on the same element of each input; Softmax and LogSoftmax:
+  each row read before it is written; a scatter: over its data input only, which its kernel
+  otherwise copies into the output first;
   Gemm: over its addend C only, the same way, which makes a fused SGD update
   `W - lr * A @ B` (schemas.update_fusion) write the new weight over the old one)
   may write its output over an input with the same shape and dtype when
@@ -34,20 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from planner.ir.graph import Graph, Op, Tensor, per_graph
-from schemas.plan import IN_PLACE_OP_TYPES, SINGLE_INPUT_IN_PLACE_OP_TYPES, VIEW_OP_TYPES
-
-# The plan contract names the ops (schemas.plan): views write nothing (ONNX Runtime registers them
-# with an output aliasing input 0 and skips the copy when the addresses are equal); the in-place
-# ops read element i of every input before writing element i of the output (ONNX Runtime declares
-# most of them `MayInplace`; tests/runtime/test_in_place_kernels.py proves each one bit-exact with
-# the output bound on the input's bytes).
-VIEW_OPS = VIEW_OP_TYPES
-IN_PLACE_OPS = IN_PLACE_OP_TYPES
-SINGLE_INPUT_IN_PLACE_OPS = SINGLE_INPUT_IN_PLACE_OP_TYPES
-# ONNX Runtime's CUDA Max/Min with three or more inputs (broadcast, or more than eight) zero the
-# output before accumulating into it: in place only with two inputs.
-VARIADIC_OPS = frozenset({"Max", "Min"})
+from planner.ir.aliasing import in_place_inputs, view_source_of
+from planner.ir.graph import Graph, per_graph
 
 
 @dataclass(frozen=True)
@@ -85,41 +74,16 @@ def takes_over_storage(old_value_reads: Iterable[int], written_at: int) -> bool:
     return all(read <= written_at for read in old_value_reads)
 
 
-def over_inputs(op: Op) -> tuple[int, ...]:
-    """The inputs `op` may write its output over: for a scatter or Gemm only its one input (and
-    only when no other input reads the same tensor: it reads them while writing), else any."""
-    slot = SINGLE_INPUT_IN_PLACE_OPS.get(op.op_type)
-    if slot is None:
-        return op.input_ids
-    target = op.inputs[slot] if slot < len(op.inputs) else None
-    if target is None or target in op.inputs[:slot] + op.inputs[slot + 1:]:
-        return ()
-    return (target,)
-
-
-def same_bytes(a: Tensor, b: Tensor) -> bool:
-    """Equal shape and dtype: one may be written over the other element by element."""
-    return a.shape == b.shape and a.elem_type == b.elem_type
-
-
 def _analyze(graph: Graph) -> Sharing:
     tensors = graph.tensors
     view_source: dict[int, int] = {}
     candidates: dict[int, tuple[int, ...]] = {}
     for op in graph.ops:
-        out = op.outputs[0] if op.outputs else None
-        if out is None:
-            continue
-        if op.op_type in VIEW_OPS and op.inputs and op.inputs[0] is not None:
-            src = op.inputs[0]
-            if tensors[src].nbytes == tensors[out].nbytes:
-                view_source[out] = src
-        elif (op.op_type in IN_PLACE_OPS and len(op.output_ids) == 1
-              and (op.op_type not in VARIADIC_OPS or len(op.inputs) <= 2)):
-            found = tuple(t for t in over_inputs(op)
-                          if same_bytes(tensors[t], tensors[out]) and not tensors[t].is_initializer)
-            if found:
-                candidates[out] = found
+        source = view_source_of(graph, op)
+        if source is not None:
+            view_source[op.output_ids[0]] = source
+        elif found := in_place_inputs(graph, op):
+            candidates[op.output_ids[0]] = found
     persistent = frozenset(t.id for t in tensors if t.updated_by is not None)
     descendants: list[int] | None = None  # made when a state has an update path
     views_of: dict[int, list[int]] = {}

@@ -29,20 +29,26 @@ class ScheduleStats:
 
 def simulate(graph: Graph, schedule: Schedule, costs: CostTable | None = None,
              alignment: int = 1) -> ScheduleStats:
+    """The schedule replayed: its peaks, and its time with each compute priced as it runs,
+    at the op's in-place time where its output shares an input's storage (CostTable)."""
+    walked = replay(graph, schedule)
     computes = recomputes = copies = 0
     seconds = 0.0
-    for e in schedule.events:  # summed in event order: ties between schedules compare exactly
+    for e, io in zip(schedule.events, walked.events, strict=True):
+        # summed in event order: ties between schedules compare exactly
         if isinstance(e, Compute):
             computes += 1
             recomputes += e.recompute
             if costs is not None:
-                seconds += costs.op_seconds[e.op][e.device]
+                first = next((w for w in io.writes if w is not None), None)
+                seconds += costs.run_seconds(e.op, e.device,
+                                             first is not None and first.shares is not None)
         elif isinstance(e, Copy):
             copies += 1
             if costs is not None:
                 seconds += costs.copy_seconds(e.src, e.dst, graph.tensors[e.tensor].nbytes)
     return ScheduleStats(
-        peaks=replay(graph, schedule).peaks(alignment),
+        peaks=walked.peaks(alignment),
         seconds=None if costs is None else seconds,
         computes=computes,
         recomputes=recomputes,

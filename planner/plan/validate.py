@@ -398,7 +398,12 @@ def _predicted_seconds(plan: Plan, buffers: dict[str, BufferSpec],
             cost = costs.get(s.op_id, unmeasured).get(s.device)
             if cost is None:
                 return None
-            total += cost.median_seconds
+            # A run whose output shares an input's storage takes the in-place time where the
+            # profile has one (planner.profile.costs.CostTable.run_seconds).
+            written = next((buffers.get(b) for b in s.outputs if b is not None), None)
+            shared = written is not None and written.shares is not None
+            total += (cost.in_place_seconds if shared and cost.in_place_seconds is not None
+                      else cost.median_seconds)
         elif isinstance(s, CopyStep):
             src, dst = buffers.get(s.src), buffers.get(s.dst)
             if src is None or dst is None:

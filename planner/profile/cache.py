@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS op_cost (
     repeats INTEGER,
     workspace_bytes INTEGER,
     reason TEXT,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    in_place_s REAL
 );
 CREATE TABLE IF NOT EXISTS machine_value (
     key TEXT PRIMARY KEY,
@@ -50,6 +51,8 @@ CREATE TABLE IF NOT EXISTS machine_value (
     created REAL NOT NULL
 );
 """
+# Columns of op_cost added after the first release: name -> type (see _add_missing_columns).
+ADDED_COLUMNS = {"in_place_s": "REAL"}
 
 
 def default_cache_path() -> Path:
@@ -83,6 +86,7 @@ class CachedCost:
     repeats: int = 0
     workspace_bytes: int = 0
     reason: str = ""
+    in_place_s: float | None = None  # output written over the input it may share (if timed)
 
 
 class ProfileCache:
@@ -100,6 +104,7 @@ class ProfileCache:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         self._db.execute(statement)
+                self._add_missing_columns()
         except (sqlite3.DatabaseError, OSError) as exc:
             raise InvalidInputError(
                 f"cannot use {self.path} as the profile cache ({exc}); pass another file with "
@@ -118,6 +123,14 @@ class ProfileCache:
             raise
         self._db.execute("COMMIT")
 
+    def _add_missing_columns(self) -> None:
+        """Columns added since a cache file was made (its rows keep NULL there: they were
+        timed under an older rule revision, so their keys are never asked for again)."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(op_cost)")}
+        for column, kind in ADDED_COLUMNS.items():
+            if column not in have:
+                self._db.execute(f"ALTER TABLE op_cost ADD COLUMN {column} {kind}")
+
     def get(self, key: CacheKey) -> CachedCost | None:
         return self.get_many([key]).get(key.digest)
 
@@ -129,12 +142,12 @@ class ProfileCache:
         for start in range(0, len(digests), QUERY_KEYS):
             chunk = digests[start:start + QUERY_KEYS]
             rows = self._db.execute(
-                "SELECT key, supported, median_s, spread_s, repeats, workspace_bytes, reason "
-                f"FROM op_cost WHERE key IN ({', '.join('?' * len(chunk))})", chunk,
+                "SELECT key, supported, median_s, spread_s, repeats, workspace_bytes, reason, "
+                f"in_place_s FROM op_cost WHERE key IN ({', '.join('?' * len(chunk))})", chunk,
             ).fetchall()
-            for digest, supported, median_s, spread_s, repeats, workspace, reason in rows:
+            for digest, supported, median_s, spread_s, repeats, workspace, reason, shared in rows:
                 found[digest] = CachedCost(bool(supported), median_s or 0.0, spread_s or 0.0,
-                                           repeats or 0, workspace or 0, reason or "")
+                                           repeats or 0, workspace or 0, reason or "", shared)
         return found
 
     def put(self, key: CacheKey, cost: CachedCost) -> None:
@@ -142,10 +155,10 @@ class ProfileCache:
             self._db.execute(
                 "INSERT OR REPLACE INTO op_cost (key, op_type, provider, threads, ort_version, "
                 "machine, signature, supported, median_s, spread_s, repeats, workspace_bytes, "
-                "reason, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "reason, created, in_place_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (key.digest, key.op_type, key.provider, key.threads, key.ort_version,
                  key.machine, key.signature, int(cost.supported), cost.median_s, cost.spread_s,
-                 cost.repeats, cost.workspace_bytes, cost.reason, time.time()),
+                 cost.repeats, cost.workspace_bytes, cost.reason, time.time(), cost.in_place_s),
             )
 
     def get_value(self, key: str) -> str | None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 from onnx import ModelProto, TensorProto, helper
 
+from planner.ir.aliasing import shared_input, view_source_of
 from planner.ir.graph import Graph, Op
 from planner.profile.devices import Device, create_session
 from planner.profile.single_node import copy_output_name, single_node_model
@@ -36,14 +38,17 @@ class OpMeasurement:
     timing: Timing | None  # None: unsupported on this device
     workspace_bytes: int = 0
     reason: str = ""
+    in_place: Timing | None = None  # the output written over the input it may share (if timed)
 
 
 class BoundSession:
     """A session with every input and output bound on the device, runnable without Python data
-    movement."""
+    movement. `written_over` (output name -> input name) binds an output on that input's bytes,
+    as a plan that shares their storage runs it."""
 
     def __init__(self, session: ort.InferenceSession, device: Device,
-                 inputs: dict[str, ort.OrtValue], outputs: dict[str, tuple[tuple, np.dtype]]):
+                 inputs: dict[str, ort.OrtValue], outputs: dict[str, tuple[tuple, np.dtype]],
+                 written_over: Mapping[str, str] | None = None):
         self.session = session
         self.device = device
         self.binding = session.io_binding()
@@ -51,7 +56,12 @@ class BoundSession:
         for name, value in inputs.items():
             self.binding.bind_ortvalue_input(name, value)
         self._outputs = []
+        over = written_over or {}
         for name, (shape, dtype) in outputs.items():
+            if name in over:
+                self.binding.bind_output(name, device_type, device_id, dtype, list(shape),
+                                         inputs[over[name]].data_ptr())
+                continue
             value = ort.OrtValue.ortvalue_from_shape_and_type(
                 list(shape), dtype, device_type, device_id)
             self._outputs.append(value)
@@ -167,7 +177,40 @@ def measure_op(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Devi
 
     timing = time_kernel(one.run, make_copies, overhead, policy,
                          CLOCKS[kernel_clock(device, threads)])
-    return OpMeasurement(timing, workspace_bytes=workspace)
+    return OpMeasurement(timing, workspace_bytes=workspace,
+                         in_place=_time_in_place(graph, op, values, device, threads, policy,
+                                                 overhead))
+
+
+def _time_in_place(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Device,
+                   threads: int, policy: TimingPolicy, overhead: float) -> Timing | None:
+    """`op` run with its output on the bytes of the input it may share (planner.ir.aliasing
+    .shared_input), as a plan that shares that storage runs it, when the output has at least
+    `policy.in_place_above_bytes`; None otherwise, or when that run fails. Kernels skip
+    copying that input into the output then (views, scatters, Gemm's addend) and write lines
+    they have just read. An op that writes over real data gets the input back before each run
+    (untimed): run after run, `x * y` in place would drift into denormals, which are slow."""
+    source = shared_input(graph, op)
+    if source is None or graph.tensors[op.output_ids[0]].nbytes < policy.in_place_above_bytes:
+        return None
+    source_name = graph.tensors[source].name
+    out_name = graph.tensors[op.output_ids[0]].name
+    try:
+        inputs = device_inputs(graph, op, values, device)
+        shared = BoundSession(create_session(single_node_model(graph, op, 1), device, threads),
+                              device, inputs, _output_specs(graph, op, values),
+                              written_over={out_name: source_name})
+        pristine = np.require(values[source], requirements="C")
+
+        def restore() -> None:
+            inputs[source_name].update_inplace(pristine)
+
+        writes = view_source_of(graph, op) is None
+        return time_kernel(shared.run, lambda: None, overhead, policy,
+                           CLOCKS[kernel_clock(device, threads)],
+                           prepare=restore if writes else None)
+    except Exception:  # noqa: BLE001 - the out-of-place figure stands for the op then
+        return None
 
 
 def run_overhead(device: Device, threads: int, policy: TimingPolicy) -> float:

@@ -80,7 +80,8 @@ def device_fingerprint(machine: MachineInfo, device: Device) -> str:
 
 def _to_cost(cost: CachedCost, cached: bool) -> OpCost:
     return OpCost(source="measured", median_seconds=cost.median_s, spread_seconds=cost.spread_s,
-                  repeats=cost.repeats, workspace_bytes=cost.workspace_bytes, cached=cached)
+                  repeats=cost.repeats, workspace_bytes=cost.workspace_bytes, cached=cached,
+                  in_place_seconds=cost.in_place_s)
 
 
 def _validate_inputs(inputs: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
@@ -280,7 +281,8 @@ def _measure(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Device
     if result.timing is None:
         return CachedCost(False, reason=result.reason)
     return CachedCost(True, result.timing.median, result.timing.spread, result.timing.repeats,
-                      result.workspace_bytes)
+                      result.workspace_bytes,
+                      in_place_s=None if result.in_place is None else result.in_place.median)
 
 
 def _allowance_text(allowance: int | None) -> str:

@@ -14,7 +14,8 @@ bound: the steps with the most crossing bytes are examined). A step whose excess
 dropped at all (values that cannot be made again: data inputs, random ops) proves the budget
 infeasible for the order.
 
-Storage is counted as the memory model counts it (planner.memory.sharing): a view adds nothing
+Each run is priced at its least time, in place or not (CostTable.least_seconds). Storage is
+counted as the memory model counts it (planner.memory.sharing): a view adds nothing
 to its source, so values are grouped by view root; a value of a state's update chain adds
 nothing (it may sit in the state's storage: the momentum chain's `mu * v`, made early and held
 until the gradient comes, counted as its own bytes put this bound above the keep-everything
@@ -52,7 +53,7 @@ class CrossingBound:
 def crossing_bound(graph: Graph, order: Sequence[int], device: str, budget: int,
                    costs: CostTable, *, alignment: int = 1) -> CrossingBound:
     """See the module doc; `costs` on `device`, the one device every op runs on."""
-    once = sum(c[device] for c in costs.op_seconds)
+    once = sum(costs.least_seconds(op, device) for op in range(len(costs.op_seconds)))
     sharing = state_updates(graph)
     always = persistent_tensors(graph) | sharing.in_state
     position = {op: k for k, op in enumerate(order)}
@@ -125,7 +126,7 @@ def _remake_seconds(graph: Graph, root: int, costs: CostTable, device: str) -> f
     if producer is None or graph.ops[producer].op_type in NONDETERMINISTIC_OPS:
         return math.inf
     outputs = len(graph.ops[producer].output_ids)
-    return costs.op_seconds[producer][device] / max(1, outputs)
+    return costs.least_seconds(producer, device) / max(1, outputs)
 
 
 def _fractional_knapsack(size: np.ndarray, cost: np.ndarray, excess: int) -> float:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.ir.aliasing import VIEW_OPS
 from planner.ir.graph import Graph
 from planner.memory.replay import Replay, replay
 from planner.memory.schedule import (
@@ -39,7 +40,6 @@ from planner.memory.schedule import (
     drop_dead_recomputations,
     free_after_last_read,
 )
-from planner.memory.sharing import VIEW_OPS
 from planner.memory.simulate import ScheduleStats, simulate
 from planner.memory.zones import buffer_bytes
 from planner.profile.costs import CostTable

@@ -455,7 +455,9 @@ def _reads_and_costs(grouping: _Grouping, index: int, rec: _NodeRecord, values: 
     updates = [values.records[v].update_stage for v in rec.reads]
     rec.cap = min([len(grouping.groups) - 1, *(s for s in updates if s is not None)])
     for d in devices:
-        per_op = [c for op in rec.ops if (c := costs.op_seconds[op].get(d)) is not None]
+        # The least time of each run (in place or not): the model's bound must hold for the
+        # replayed schedule, which prices a run sharing an input's storage at its in-place time.
+        per_op = [costs.least_seconds(op, d) for op in rec.ops if d in costs.op_seconds[op]]
         if len(per_op) == len(rec.ops):
             rec.cost[d] = sum(math.floor(c / time_unit) for c in per_op)
     first = graph.ops[rec.ops[0]].name

@@ -23,7 +23,7 @@ import numpy as np
 
 from planner.ir.graph import Graph
 from planner.memory.liveness import lower_bound_reason, order_lower_bound
-from planner.memory.schedule import Schedule, first_computations
+from planner.memory.schedule import Schedule, first_computations, sequential_schedule
 from planner.memory.simulate import ScheduleStats, simulate
 from planner.order.just_in_time import deferred
 from planner.profile.costs import CostTable
@@ -90,7 +90,7 @@ class RematResult:
     gap: float | None  # (objective - bound) / objective
     seconds: float
     model: ModelOutcome
-    keep_all_seconds: float | None  # every op once on the home device
+    keep_all_seconds: float | None  # every op once on the home device (keep_all_seconds)
     home: str  # where sources, state and outputs live (planner.remat.configure.home_device)
     # the smallest replayed home peak the heuristics and the eviction runs saw, within the
     # budgets or not (planner.pipeline.infeasible names a budget from it when nothing fits)
@@ -153,8 +153,9 @@ def plan_remat(
     """
     started = time.perf_counter()
     shares = REMAT_SHARES
+    keep_all = keep_all_seconds(graph, order, home_device(budget_bytes), costs)
     if len(budget_bytes) == 1 and next(iter(budget_bytes.values())) < order_lower_bound(graph):
-        return _below_lower_bound(graph, budget_bytes, costs, started)
+        return _below_lower_bound(graph, budget_bytes, costs, started, keep_all)
     bounded = dict(budget_bytes if bound_budgets is None else bound_budgets)
     at_budgets = bounded == dict(budget_bytes)
     crossing = _crossing(graph, order, bounded, costs, memory_unit)
@@ -170,7 +171,7 @@ def plan_remat(
                 other_orders = [*other_orders[:k], *other_orders[k + 1:]]
                 break
         else:
-            return _crossing_infeasible(bounded, costs, started, crossing)
+            return _crossing_infeasible(bounded, costs, started, crossing, keep_all)
     asked = budget_bytes
     budget_bytes = modelled_devices(budget_bytes)
     extra: tuple[Reduction, ...] = ()
@@ -199,7 +200,7 @@ def plan_remat(
         return _large(graph, eviction_orders, budget_bytes, costs, memory_unit, started,
                       time_limit, evictions, crossing, fill=use_solver, seed=seed,
                       notes=_target_notes(budget_bytes, bounded),
-                      bounded=(bounded_orders, bounded))
+                      bounded=(bounded_orders, bounded), keep_all=keep_all)
     if evicted and evicted[0].name.endswith(LATE) and OTHER_ORDER not in evicted[0].name:
         # The order's deferred form evicts best: the stage model gets it too (ResNet-CIFAR at
         # persistent + 50%: the model of the order tuned for keeping everything found nothing,
@@ -263,7 +264,7 @@ def plan_remat(
         costs, crossing, model_bound if exact and at_budgets else None),
         bounded_orders, bounded, costs, memory_unit)
     proven = solution is not None and solution.status == "INFEASIBLE" and exact and at_budgets
-    return _result(candidates, lower, proven, model, costs, problem.home, smallest,
+    return _result(candidates, lower, proven, model, keep_all, problem.home, smallest,
                    notes, started)
 
 
@@ -280,7 +281,7 @@ def _chain_candidate(graph: Graph, budget_bytes: Mapping[str, int], costs: CostT
 
 
 def _result(candidates: Sequence[Candidate], lower: tuple[float, str],
-            proven_infeasible: bool, model: ModelOutcome, costs: CostTable, home: str,
+            proven_infeasible: bool, model: ModelOutcome, keep_all: float | None, home: str,
             smallest: int | None, notes: Sequence[str], started: float) -> RematResult:
     """The fastest candidate, its status and gap against `lower` (a bound valid for every
     schedule of the order, and what it is), and the runners-up with lower peaks."""
@@ -299,7 +300,7 @@ def _result(candidates: Sequence[Candidate], lower: tuple[float, str],
     return RematResult(
         best=best, status=status, bound_seconds=lower_seconds, bound_name=bound_name, gap=gap,
         seconds=time.perf_counter() - started, model=model,
-        keep_all_seconds=costs.sequential_seconds(home), home=home,
+        keep_all_seconds=keep_all, home=home,
         smallest_peak_bytes=smallest, notes=tuple(notes),
         alternatives=_lower_peaks(best, candidates[1:]),
     )
@@ -308,8 +309,8 @@ def _result(candidates: Sequence[Candidate], lower: tuple[float, str],
 def _large(graph: Graph, orders: Sequence[Sequence[int]], budget_bytes: Mapping[str, int],
            costs: CostTable, memory_unit: int, started: float, time_limit: float,
            evictions: Evictions, crossing: CrossingBound | None, fill: bool, seed: int,
-           notes: Sequence[str], bounded: tuple[set[tuple[int, ...]], Mapping[str, int]]
-           ) -> RematResult:
+           notes: Sequence[str], bounded: tuple[set[tuple[int, ...]], Mapping[str, int]],
+           keep_all: float | None) -> RematResult:
     """One device, past LARGE_GRAPH_OPS ops: the eviction schedules (of `orders`), the fill
     pass and the jittered restarts, no model (see LARGE_GRAPH_OPS)."""
     device = next(iter(budget_bytes))
@@ -326,7 +327,7 @@ def _large(graph: Graph, orders: Sequence[Sequence[int]], budget_bytes: Mapping[
                           costs, memory_unit)
     smallest = min((c.stats.peaks.get(device, 0) for c in candidates),
                    default=evictions.smallest_peak)
-    return _result(candidates, lower, False, model, costs, device, smallest, notes,
+    return _result(candidates, lower, False, model, keep_all, device, smallest, notes,
                    started)
 
 
@@ -339,7 +340,8 @@ def result_of(graph: Graph, candidates: Sequence[Candidate], device: str, costs:
     ranked = sorted(candidates, key=lambda c: c.seconds)
     smallest = min((c.stats.peaks.get(device, 0) for c in ranked), default=None)
     model = _no_model(graph, device, "searched apart", why)
-    return _result(ranked, _lower_bound(costs, None, None), False, model, costs, device,
+    keep_all = keep_all_seconds(graph, range(len(graph.ops)), device, costs)
+    return _result(ranked, _lower_bound(costs, None, None), False, model, keep_all, device,
                    smallest, (), started)
 
 
@@ -348,6 +350,17 @@ def _no_model(graph: Graph, device: str, tier: str, why: str) -> ModelOutcome:
     `why`)."""
     reductions = (*base_reductions(graph, device), Reduction("no model solved", False, why))
     return ModelOutcome(tier, "replay", reductions, exact=False)
+
+
+def keep_all_seconds(graph: Graph, order: Sequence[int], device: str, costs: CostTable
+                     ) -> float | None:
+    """Every op once on `device` in `order`, timed as the replay prices it (planner.memory
+    .simulate: a run sharing an input's storage at its in-place time); None when some op cannot
+    run there. Without in-place times, the plain sum (no replay)."""
+    plain = costs.sequential_seconds(device)
+    if plain is None or not costs.in_place_seconds:
+        return plain
+    return simulate(graph, sequential_schedule(graph, order, device), costs).seconds
 
 
 def _lower_bound(costs: CostTable, crossing: CrossingBound | None, model_bound: float | None
@@ -552,33 +565,33 @@ def _lower_peaks(best: Candidate | None, others: Sequence[Candidate]) -> tuple[C
 
 
 def _below_lower_bound(graph: Graph, budget_bytes: Mapping[str, int], costs: CostTable,
-                       started: float) -> RematResult:
+                       started: float, keep_all: float | None) -> RematResult:
     """A single budget under the op-footprint bound: proven infeasible without solving."""
     device, budget = next(iter(budget_bytes.items()))
-    return _proven_infeasible(device, costs, started, (
+    return _proven_infeasible(device, costs, started, keep_all, (
         f"{device}: {budget} B is below {order_lower_bound(graph)} B, which some step needs "
         f"whatever the order or recomputation ({lower_bound_reason(graph)})"))
 
 
 def _crossing_infeasible(budget_bytes: Mapping[str, int], costs: CostTable, started: float,
-                         crossing: CrossingBound) -> RematResult:
+                         crossing: CrossingBound, keep_all: float | None) -> RematResult:
     """A single budget that some step cannot meet even dropping every value that can be made
     again (planner.remat.bounds): proven infeasible for this order without solving."""
     device, budget = next(iter(budget_bytes.items()))
-    return _proven_infeasible(device, costs, started, (
+    return _proven_infeasible(device, costs, started, keep_all, (
         f"{device}: {budget} B cannot hold what step {crossing.step} of the order needs even "
         "with every value that can be made again dropped (data inputs, graph outputs and "
         "random ops' values cannot)"))
 
 
-def _proven_infeasible(device: str, costs: CostTable, started: float, why: str
-                       ) -> RematResult:
+def _proven_infeasible(device: str, costs: CostTable, started: float, keep_all: float | None,
+                       why: str) -> RematResult:
     return RematResult(
         best=None, status="INFEASIBLE", bound_seconds=costs.fastest_seconds(),
         bound_name=ONCE_BOUND, gap=None,
         seconds=time.perf_counter() - started,
         model=ModelOutcome(tier="none", memory_model="none", reductions=(), exact=True),
-        keep_all_seconds=costs.sequential_seconds(device), home=device, notes=(why,),
+        keep_all_seconds=keep_all, home=device, notes=(why,),
     )
 
 

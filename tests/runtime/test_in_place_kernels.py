@@ -1,7 +1,7 @@
 """Every op type the planner may run in place, and every view op, run by ONNX Runtime with the
 output bound on the bytes of the input it shares (issue 13).
 
-- In place (planner.memory.sharing.IN_PLACE_OPS): for each op type a one-node model on
+- In place (planner.ir.aliasing.IN_PLACE_OPS): for each op type a one-node model on
   realistic random float32 inputs runs with the output bound on input k's memory; the bytes
   there afterwards must equal a normal run's output bit for bit, and the other inputs must be
   unchanged. Binary ops also write over input 1 when shapes match, and run with a broadcast
@@ -27,7 +27,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from planner.memory.sharing import IN_PLACE_OPS, VIEW_OPS
+from planner.ir.aliasing import IN_PLACE_OPS, VIEW_OPS
 from planner.pipeline import plan_model
 from runtime.devices import RuntimeDevice, cuda_device_error, parse_device
 from runtime.errors import PlanCheckError
