@@ -30,15 +30,20 @@ def test_no_time_leaves_every_op_estimated_with_its_scratch_bound():
     assert profile.cache.misses == 0
 
 
+def _cold_profile_seconds(g, path) -> float:
+    started = time.perf_counter()
+    with ProfileCache(path) as cache:
+        profile_graph(g, cache=cache, policy=QUICK_POLICY)
+    return time.perf_counter() - started
+
+
 def test_a_short_limit_measures_what_fits_and_caches_only_that(tmp_path):
     g = load_graph(model_path("resnet18_narrow"))
     # Between the capture's estimated cost (the profiler does not start it unless it fits) and
     # what a cold profile takes on this machine now (0.6-3 s with the quick policy, with load):
-    # a fixed 1 s was enough for all of it on an idle machine.
-    started = time.perf_counter()
-    with ProfileCache(tmp_path / "full.sqlite") as cache:
-        profile_graph(g, cache=cache, policy=QUICK_POLICY)
-    full = time.perf_counter() - started
+    # a fixed 1 s was enough for all of it on an idle machine. The faster of two cold profiles:
+    # one alone, late in the suite, once took long enough that the limit let every op in.
+    full = min(_cold_profile_seconds(g, tmp_path / f"full{k}.sqlite") for k in range(2))
     capture = measurement_cost(g, 1, True).total(1)
     assert capture < full
     limit = (capture + full) / 2
