@@ -23,6 +23,7 @@ this table applies.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,9 @@ if TYPE_CHECKING:  # torch is imported at run time through require_torch (the op
 
 torch = require_torch()
 aten = torch.ops.aten
+# How many times the general form's work a strided weight gradient made in the weight's layout
+# may take (see _weight_grad_in_weight_layout).
+WEIGHT_LAYOUT_WORK = 4
 
 
 def _conv_weight_grad(
@@ -57,6 +61,12 @@ def _conv_weight_grad(
     spatial = list(inp.shape[2:])
     out_spatial = list(grad_out.shape[2:])
     nd = len(spatial)
+    if (groups == 1 and all(d == 1 for d in dilation)
+            and math.prod(kernel) * inp.shape[1] * grad_out.shape[1]
+            > inp.numel() + grad_out.numel()):
+        in_layout = _weight_grad_in_weight_layout(inp, grad_out, kernel, stride, padding)
+        if in_layout is not None:
+            return in_layout
     cin_g = inp.shape[1] // groups
     cout_g = grad_out.shape[1] // groups
     # [N, G, Cin_g, *S] -> [Cin_g, G, N, *S] -> [Cin_g, G*N, *S]: channel index g*N + n.
@@ -73,6 +83,48 @@ def _conv_weight_grad(
         if w.shape[2 + d] != kernel[d]:
             w = w.narrow(2 + d, 0, kernel[d])
     return w.transpose(0, 1)
+
+
+def _weight_grad_in_weight_layout(inp: Tensor, grad_out: Tensor, kernel: Sequence[int],
+                                  stride: Sequence[int], padding: Sequence[int]
+                                  ) -> Tensor | None:
+    """`_conv_weight_grad` of an undilated, ungrouped convolution made in the weight's own
+    layout [Cout, Cin, *kernel], or None where neither form below applies.
+
+    The general form makes [Cin, Cout, *kernel] and transposes it: a weight-sized copy beside
+    the gradient itself, which on VGG-11's and ResNet-18's 512-channel layers (9.4 MB each) set
+    the op-footprint bound. With both operands flipped spatially (p: padding, s: stride),
+    dL/dw[o, c, k] = sum_n sum_i grad_out[n, o, i] * inp[n, c, s*i + k - p] becomes:
+
+    - stride 1: a convolution of the flipped output gradient, batch and channels swapped
+      ([Cout, N, *S']), with the flipped input as its weight ([Cin, N, *S]), padded by
+      kernel - 1 - p: the same work as the general form;
+    - any stride: a transposed convolution of the flipped, swapped output gradient with the
+      input as its weight ([N, Cin, *S] as the convolution reads it: padded by p, cut to the
+      extent s*(S'-1) + kernel it reaches), stride s, padding s*(S'-1). It multiplies every
+      input position with every output gradient position, (that extent / kernel) times the
+      work: used up to WEIGHT_LAYOUT_WORK times (ResNet-18's last stride-2 layer: 2.8x).
+
+    Either output has the kernel's extent and the weight's layout. The flips and transposes copy
+    the activations instead (the caller picks this only when they are smaller than the weight).
+    """
+    nd = inp.dim() - 2
+    axes = list(range(2, 2 + nd))
+    g = grad_out.flip(axes).transpose(0, 1)
+    if all(s == 1 for s in stride):
+        pads = [k - 1 - p for k, p in zip(kernel, padding, strict=True)]
+        return aten.convolution(g, inp.flip(axes).transpose(0, 1), None, [1] * nd, pads,
+                                [1] * nd, False, [0] * nd, 1)
+    spans = [s * (o - 1) for s, o in zip(stride, grad_out.shape[2:], strict=True)]
+    reach = [span + k for span, k in zip(spans, kernel, strict=True)]
+    if math.prod(reach) > WEIGHT_LAYOUT_WORK * math.prod(kernel):
+        return None
+    # torch.nn.functional.pad's order: the last axis first, (before, after) each
+    x = aten.constant_pad_nd(inp, [q for p in reversed(padding) for q in (p, p)], 0.0)
+    for d, extent in enumerate(reach):  # never above the padded input's: s*(S'-1) + k <= S + 2p
+        if extent < x.shape[2 + d]:
+            x = x.narrow(2 + d, 0, extent)
+    return aten.convolution(g, x, None, list(stride), spans, [1] * nd, True, [0] * nd, 1)
 
 
 def convolution_backward(
