@@ -49,6 +49,29 @@ def gpu_name(index: int) -> str:
     return f"unknown CUDA GPU {index}"
 
 
+# A core's own cache when the machine does not say (a common L2 size per core).
+DEFAULT_PRIVATE_CACHE_BYTES = 2 * 1024 * 1024
+_SIZE_UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+
+
+def private_cache_bytes() -> int:
+    """The largest cache of CPU 0 that no other core shares (Linux sysfs: its level-2 cache on
+    most machines; 2 MiB on this one), else DEFAULT_PRIVATE_CACHE_BYTES."""
+    largest = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            shared, size, kind = ((index / name).read_text().strip()
+                                  for name in ("shared_cpu_list", "size", "type"))
+        except OSError:
+            continue
+        if shared != "0" or kind == "Instruction":
+            continue
+        number, unit = (size[:-1], size[-1]) if size[-1:] in _SIZE_UNITS else (size, "")
+        if number.isdigit():
+            largest = max(largest, int(number) * _SIZE_UNITS.get(unit, 1))
+    return largest or DEFAULT_PRIVATE_CACHE_BYTES
+
+
 def fingerprint(cpu: str, cores: int, gpus: dict[str, str]) -> str:
     text = json.dumps({"cpu": cpu, "cores": cores, "gpus": gpus}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -10,6 +10,7 @@ this device) and, through the 1.31 arena fields, how much scratch memory the ker
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from onnx import ModelProto, TensorProto, helper
 from planner.ir.aliasing import shared_input, view_source_of
 from planner.ir.graph import Graph, Op
 from planner.profile.devices import Device, create_session
+from planner.profile.machine import private_cache_bytes
 from planner.profile.single_node import copy_output_name, single_node_model
 from planner.profile.timing import (
     CLOCKS,
@@ -176,7 +178,7 @@ def measure_op(graph: Graph, op: Op, values: dict[int, np.ndarray], device: Devi
         return many.run, k
 
     timing = time_kernel(one.run, make_copies, overhead, policy,
-                         CLOCKS[kernel_clock(device, threads)])
+                         CLOCKS[kernel_clock(device, threads)], evict=_evictor(device))
     return OpMeasurement(timing, workspace_bytes=workspace,
                          in_place=_time_in_place(graph, op, values, device, threads, policy,
                                                  overhead))
@@ -208,9 +210,29 @@ def _time_in_place(graph: Graph, op: Op, values: dict[int, np.ndarray], device: 
         writes = view_source_of(graph, op) is None
         return time_kernel(shared.run, lambda: None, overhead, policy,
                            CLOCKS[kernel_clock(device, threads)],
-                           prepare=restore if writes else None)
+                           prepare=restore if writes else None, evict=_evictor(device))
     except Exception:  # noqa: BLE001 - the out-of-place figure stands for the op then
         return None
+
+
+@functools.cache
+def _private_cache_filler() -> np.ndarray:
+    """Twice the bytes of the core's own cache (planner.profile.machine.private_cache_bytes)."""
+    return np.zeros(2 * private_cache_bytes() // 4, np.float32)
+
+
+def _evictor(device: Device) -> Runner | None:
+    """What pushes an op's operands out of the core's own cache before a direct run (see
+    planner.profile.timing): on the CPU, writing twice that cache's bytes; on a GPU nothing (its
+    kernels read operands from device memory through a cache the host does not reach)."""
+    if device.is_gpu:
+        return None
+    filler = _private_cache_filler()
+
+    def evict() -> None:
+        filler.fill(filler[0] + 1.0)
+
+    return evict
 
 
 def run_overhead(device: Device, threads: int, policy: TimingPolicy) -> float:

@@ -196,3 +196,31 @@ def test_ops_past_20us_or_ten_run_overheads_are_timed_directly():
     assert not differential(large, 2e-6)  # a CPU's run overhead: 20 us decides
     assert differential(large, 1e-4)  # a run overhead of 100 us: only ops past 1 ms are direct
     assert differential(small, 2e-6)
+
+
+def test_direct_runs_start_with_the_operands_out_of_the_cores_own_cache():
+    """In a step other ops run between an operand's writing and its reading; run after run in
+    isolation it would stay in the core's cache. So each run timed directly starts after an
+    untimed `evict` (on the CPU, writing twice the core's own cache: op_runner), and the
+    differential runs, whose copies read hot operands by design, never do."""
+    from planner.profile.machine import private_cache_bytes
+    from planner.profile.timing import CLOCKS, QUICK_POLICY, time_kernel
+
+    order: list[str] = []
+
+    def run() -> None:
+        order.append("run")
+
+    def evict() -> None:
+        order.append("evict")
+
+    timing = time_kernel(run, lambda: None, 0.0, QUICK_POLICY, CLOCKS["thread-cpu"],
+                         evict=evict)
+    assert order.count("evict") == timing.repeats
+    # every timed run right after an eviction; warm-up and the method probe without one
+    timed_runs = [k for k in range(1, len(order)) if order[k - 1] == "evict"]
+    assert len(timed_runs) == timing.repeats and all(order[k] == "run" for k in timed_runs)
+    order.clear()
+    time_kernel(run, lambda: (run, 4), 1.0, QUICK_POLICY, CLOCKS["thread-cpu"], evict=evict)
+    assert "evict" not in order  # a 1 s run overhead: differential
+    assert private_cache_bytes() >= 64 * 1024
