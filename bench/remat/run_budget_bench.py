@@ -2,12 +2,12 @@
 
 For every fixture and bench-scale model (bench/memory/models.py, exported on first use): the
 graph as the CLI plans it (ONNX Runtime's extended rewrites), a CPU profile (quick policy,
-measured in the run), a keep-everything plan (its arena and persistent bytes give the budgets), then our whole
-request (`plan_graph`: order, remat, layout, validation) at each budget with `--time-limit 60`,
-timed end to end. Each plan is then run by the runtime (fused segments, 1 thread) in a fresh
-process, interleaved with the keep-everything plan: the measured step (median of the calling
-thread's CPU time, which load on this shared machine does not inflate as it does wall time) is
-compared with the plan's prediction, and the measured overhead with the predicted one.
+measured in the run), a keep-everything plan (its arena and persistent bytes give the budgets),
+then our whole request (`plan_graph`: order, remat, layout, validation) at each budget with
+`--time-limit 60`, timed end to end. Each plan is then run by the runtime (fused segments, 1
+thread) in a fresh process, interleaved with the keep-everything plan: the measured step (median
+of the calling thread's CPU time, which load on this shared machine does not inflate as it does
+wall time) is compared with the plan's prediction, and the measured overhead with the predicted one.
 
     .venv/bin/python -m bench.remat.run_budget_bench [--models a,b] [--time-limit S] [--steps N]
 
@@ -163,10 +163,11 @@ def markdown(results: dict) -> str:
         "",
         f"{results['machine']}; time limit {results['time_limit_s']:g} s per request (2 CP-SAT "
         "workers), graphs as the CLI plans them (ONNX Runtime's extended rewrites), CPU "
-        "profile (quick policy, measured in the run). Budget = persistent bytes + 50% / 30% of the keep-everything "
-        "arena's other bytes. *wall*: our whole request (order, remat, layout, validation; "
-        "target <= 63 s). *overhead*: predicted step time / keep-everything's (targets "
-        "<= 1.15 at 50%, <= 1.35 at 30%). *gap*: to the lower bound the plan reports (crossing "
+        "profile (quick policy, measured in the run). Budget = persistent bytes + 50% / 30% "
+        "of the keep-everything arena's other bytes. *wall*: our whole request (order, remat, "
+        "layout, validation; target <= 63 s). *overhead*: predicted step time / "
+        "keep-everything's (targets <= 1.15 at 50%, <= 1.35 at 30%). *gap*: to the lower "
+        "bound the plan reports (crossing "
         "bound, planner.remat.bounds). *measured*: the runtime (fused, 1 thread), median thread "
         "CPU time of a step over the prediction (target within 15%; in brackets the same ratio "
         "for the keep-everything plan, which shows how far the profile itself is off), and "

@@ -13,7 +13,6 @@ from planner.ir.graph import Graph
 from planner.memory.sharing import state_updates
 from planner.memory.zones import outlives_step
 
-
 # How many producers up a chain an op may take along when it moves (each read only by the next:
 # the Adam update of a weight, sqrt(v) -> + eps -> m / . -> * lr, waits for the weight's last
 # reader as a whole, or its first temporary is held until then).
