@@ -108,3 +108,23 @@ def test_the_inference_finishes_a_tight_instance_that_the_plain_search_does_not(
     buffers = tight_buffers(160, seed=2)
     assert _finishes(buffers, 64 * 64, infer=True, nodes=1000)
     assert not _finishes(buffers, 64 * 64, infer=False, nodes=1000)
+
+
+def test_the_inference_keeps_the_deadline_on_long_traces() -> None:
+    """A component whose buffers cover tens of millions of (section, buffer) pairs (a long
+    eviction schedule with values held throughout) would take seconds to prepare the inference
+    for, and a fraction of a second at every node: the search gives up by its deadline instead
+    (it took 98 s for 0.1 s on the 20,000-op chain's schedule)."""
+    steps, long_lived = 8000, 2000
+    buffers = [Buffer(f"held{i}", 0, steps, 64) for i in range(long_lived)]
+    buffers += [Buffer(f"step{i}", i, i + 1, 64 * (1 + i % 3)) for i in range(steps)]
+    instance = build_instance(buffers, 64)
+    (members,) = time_components(instance.lower, instance.upper, instance.free_idx)
+    capacity = (long_lived + 3) * 64 // instance.unit  # what is live at the busiest steps
+    for member in WIDE_PORTFOLIO[:2]:
+        started = time.perf_counter()
+        found, exhausted = canonical_layout(
+            instance, members, capacity=capacity, direction=member.direction, node_limit=10**6,
+            deadline=started + 0.2, order=member.order, infer=True)
+        assert (found, exhausted) == (None, False)
+        assert time.perf_counter() - started < 1.0  # 16 million pairs: 3 s to prepare

@@ -8,11 +8,12 @@ all placed buffers live at one of its steps), written with plain loops."""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
 from planner.layout import Buffer, check_layout, heuristic_layout, lower_bound, placement
-from planner.layout.heuristics import HEURISTICS, pyramid_chain
+from planner.layout.heuristics import HEURISTICS, pyramid_chain, run_heuristics
 from planner.layout.instance import LayoutInstance, build_instance
 from planner.layout.placement import place_in_order
 
@@ -142,3 +143,26 @@ def test_the_pyramid_runs_first() -> None:
     assert layout.arena_size == bound
     assert heuristic_layout(buffers, alignment=1, methods=["greedy_by_size"]).arena_size > bound
     assert next(iter(HEURISTICS)) == "pyramid"
+
+
+def test_no_heuristic_starts_when_the_time_left_would_not_cover_the_last(monkeypatch) -> None:
+    """Each heuristic takes seconds on long traces: after one that took 0.2 s, another starts
+    only with 0.2 s left (the 20,000-op chain's request ran 0.5 s past its limit in the next)."""
+    instance = build_instance([Buffer(f"b{i}", i, i + 2, 64 * (1 + i % 3)) for i in range(50)],
+                              64)
+    ran: list[str] = []
+    for name in ("pyramid", "greedy_by_size"):
+        place = HEURISTICS[name]
+
+        def slow(inst, name=name, place=place):
+            ran.append(name)
+            time.sleep(0.2)
+            return place(inst)
+
+        monkeypatch.setitem(HEURISTICS, name, slow)
+    methods = ("pyramid", "greedy_by_size")
+    run_heuristics(instance, methods=methods, deadline=time.perf_counter() + 0.3)
+    assert ran == ["pyramid"]
+    ran.clear()
+    run_heuristics(instance, methods=methods, deadline=time.perf_counter() + 1.0)
+    assert ran == ["pyramid", "greedy_by_size"]
