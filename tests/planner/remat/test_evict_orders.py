@@ -56,12 +56,14 @@ def estimates(graph: Graph, orders: list[list[int]]) -> list[int]:
 
 def test_orders_without_room_for_eviction_go_last_and_the_replay_agrees():
     """GPT-2-tiny: a budget whose room beside the persistent bytes lies between what its
-    quick orders hold unevictably. The orders over it go last, the others keep their
-    sequence, and the exact replay confirms each moved order holds more than the room."""
+    quick orders hold unevictably, too little for the chosen order. The orders over it go
+    last, the others keep their sequence, and the exact replay confirms each moved order holds
+    more than the room."""
     graph, orders = quick_orders("gpt2_tiny_adam")
     held = estimates(graph, orders)
     persistent = sum(graph.tensors[t].nbytes for t in persistent_tensors(graph))
-    room = (min(held) + max(held)) // 2 // HOPELESS_FACTOR
+    assert min(held) < held[0] / HOPELESS_FACTOR
+    room = int(min(held) + held[0] / HOPELESS_FACTOR) // 2
     hopeless = [k for k, h in enumerate(held) if h > HOPELESS_FACTOR * room]
     assert hopeless and len(hopeless) < len(orders)
     ordered = ordered_for_eviction(graph, orders, int(persistent + room))

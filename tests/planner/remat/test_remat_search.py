@@ -395,15 +395,17 @@ def test_an_order_the_crossing_bound_rules_out_hands_over_to_another():
 
 
 def test_backward_eviction_in_the_chosen_order_comes_before_other_orders():
-    """GPT-2-tiny at persistent + 45% of its activations: no order's forward eviction fits, the
-    chosen order's backward eviction does. The other orders' forward eviction was tried first
-    (UNet-Adam near its smallest budget: every confirming plan then ran out of time and
-    min-budget answered the keep-everything arena, 151 MB against 52.9 MB)."""
+    """GPT-2-tiny at persistent + 40% of its activations: no order's forward eviction fits, the
+    chosen order's backward eviction does (at 45% forward eviction fits since each weight's
+    update temporaries wait at its update: planner.order.just_in_time). The other orders'
+    forward eviction was tried first (UNet-Adam near its smallest budget: every confirming plan
+    then ran out of time and min-budget answered the keep-everything arena, 151 MB against
+    52.9 MB)."""
     graph, profile, costs, order, _ = at_half_the_activations("gpt2_tiny_adam")
     others = optimize_order(graph, use_solver=False).alternatives
     keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats.peaks["cpu"]
     persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
-    budget = int(persistent + 0.45 * (keep - persistent))
+    budget = int(persistent + 0.4 * (keep - persistent))
     found = evict_candidates(graph, [order, *others], "cpu", budget, costs, alignment=64,
                              deadline=time.perf_counter() + 4).fitting
     assert found and "+bwd" in found[0].name and "/order" not in found[0].name
