@@ -91,4 +91,7 @@ def test_when_nothing_fits_the_result_names_the_peak_eviction_reached():
     result = plan_remat(graph, order, {"cpu": budget}, costs, time_limit=3, use_solver=False)
     assert result.best is None
     assert result.smallest_peak_bytes is not None
-    assert result.smallest_peak_bytes <= found.smallest_peak
+    # eviction's, not the heuristics': below what they reach, near what eviction reached with
+    # five times the time (plan_remat gives eviction a fifth of its limit)
+    assert result.smallest_peak_bytes < 640_000
+    assert result.smallest_peak_bytes <= 1.01 * found.smallest_peak
