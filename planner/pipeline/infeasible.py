@@ -86,19 +86,20 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
 def raise_infeasible(graph: Graph, request: PlanRequest, result: RematResult | None,
                      smallest: BuiltPlan | None, keep_all_arena: Callable[[], int] | None,
                      fragmented: dict[str, int] | None = None,
-                     elapsed_s: float | None = None) -> NoReturn:
+                     elapsed_s: float | None = None, out_of_time: bool = False) -> NoReturn:
     """No plan within the budgets: say what to ask for. Proven infeasibility says so (the exact
     model's verdict); otherwise the smallest budget this planner is known to meet: the arena of
     `smallest` (smallest_plan), else of keeping everything (`keep_all_arena`). `fragmented`:
     the bytes by which the arenas of the schedules found exceeded the budgets (when the search
     found schedules within the budgets that did not lay out within them). `elapsed_s`: the
     seconds the request ran; more time is suggested only when it used RAN_OUT_SHARE of its limit
-    (or the time is not known): UNet-small at persistent + 30% of its activations was refused
-    after 32 s of 60 s ("none found in 60 s ... or allow more time"), every phase of its search
-    having ended before its deadline."""
+    (or the time is not known, or `out_of_time`: the phases' share of the limit was spent, as
+    when building and validating a plan of the graph would take most of it). UNet-small at
+    persistent + 30% of its activations was refused after 32 s of 60 s ("none found in 60 s
+    ... or allow more time"), every phase of its search having ended before its deadline."""
     lower = order_lower_bound(graph)
     limit = request.time_limit_s
-    ran_out = elapsed_s is None or elapsed_s >= RAN_OUT_SHARE * limit
+    ran_out = out_of_time or elapsed_s is None or elapsed_s >= RAN_OUT_SHARE * limit
     if fragmented:
         verdict = ("the arenas of the best plans found exceed the budgets (fragmentation): "
                    + ", ".join(f"{d} by {e} B" for d, e in fragmented.items()))

@@ -14,6 +14,9 @@ import random
 import time
 from dataclasses import replace
 
+import pytest
+
+from planner.errors import InfeasibleError
 from planner.ir.graph_json import graph_from_node_link
 from planner.order import optimize_order
 from planner.pipeline.fit import LAST_CHANCE_MARGIN, LATE_LAYOUT_MARGIN, RETRY_BEFORE, RematFit
@@ -29,14 +32,15 @@ from tests.support.chains import chain_json
 BUDGET = 1000
 
 
-def fitted(clock: TimeBudget):
+def fitted(clock: TimeBudget, budget: int = BUDGET, asked: list[dict] | None = None):
+    """The chain planned at `budget`; `asked` collects the budgets of its remat solves."""
+    asked = [] if asked is None else asked
     graph, profile = graph_from_node_link(chain_json(random.Random(0), 1000), name="chain")
-    request = PlanRequest(budgets={"cpu": BUDGET}, profile=profile, alignment=1,
+    request = PlanRequest(budgets={"cpu": budget}, profile=profile, alignment=1,
                           time_limit_s=clock.limit_s)
     order = optimize_order(graph, use_solver=False, time_limit=1)
     costs = costs_from_profile(profile, graph, ["cpu"])
     fit = RematFit(graph, request, order, costs, "t", clock, keep_all_arena=None)
-    asked: list[dict] = []
     built = fit.plan(lambda phase, info: asked.append(info["budgets"]) if phase == "remat"
                      else None)
     return graph, profile, order, costs, built.plan, asked
@@ -53,6 +57,17 @@ def test_a_solve_no_retry_can_follow_aims_below_the_budget():
     assert remat.phase == "remat" and any("of 1000 B" in n for n in remat.notes)
     assert remat.bound == crossing_bound(graph, order.order, "cpu", BUDGET, costs).seconds
     assert order_report.phase == "order" and KEEP_ALL_FIGURES in order_report.notes
+
+
+def test_a_search_that_replayed_nothing_near_the_budget_is_not_run_again_at_it():
+    """Nothing within the lowered target, and nothing it replayed came within the budget
+    either: a second search 1.5% higher would find nothing, so the refusal comes at once, and
+    it suggests more time, the phases' share of the limit being spent."""
+    spent = TimeBudget(4.0, started=time.perf_counter() - 4.0)
+    asked: list[dict] = []
+    with pytest.raises(InfeasibleError, match="allow more time"):
+        fitted(spent, budget=60, asked=asked)
+    assert asked == [{"cpu": 60 - math.ceil(60 * LAST_CHANCE_MARGIN)}]
 
 
 def test_with_time_for_a_retry_the_first_solve_aims_at_the_budget():
