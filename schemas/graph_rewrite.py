@@ -69,15 +69,66 @@ class GraphIndex:
         node = self.graph.node[k]
         return node if node.op_type == op_type and node.domain in DEFAULT_DOMAINS else None
 
+    def position(self, name: str) -> int:
+        """The index of the node writing `name`; -1 for a graph input or an initializer."""
+        return self.producer.get(name, -1)
+
+    def earliest(self, name: str) -> int:
+        """The latest position among the inputs of the node writing `name`: that node may run
+        right after it, wherever graph order puts it (-1 for a graph input, an initializer or a
+        node reading only those)."""
+        k = self.producer.get(name)
+        if k is None:
+            return -1
+        return max((self.position(x) for x in self.graph.node[k].input if x), default=-1)
+
+    def nbytes(self, name: str) -> int | None:
+        """Bytes of `name` when its type and shape are static, else None."""
+        shape = self.shapes.get(name)
+        if shape is None:
+            return None
+        itemsize = helper.tensor_dtype_to_np_dtype(shape[0]).itemsize
+        return int(np.prod(shape[1], dtype=np.int64)) * itemsize
+
     def readers(self, name: str) -> list[int]:
         """The nodes reading `name`, in graph order, each once (a lookup: a rewrite asks for
         every candidate, and a scan each time took 3.6 s on GPT-2-small's 4,245 nodes)."""
         return list(self._readers.get(name, ()))
 
 
+def addend_comes_too_late(index: GraphIndex, factors: Sequence[str], addend: str,
+                          product: str, fused: Collection[int]) -> bool:
+    """Whether adding the product of `factors` (the value `product`) to `addend` in one Gemm
+    holds more bytes than it saves (schemas.late_addend): that Gemm cannot run before the
+    addend is made, so its factors live on until then. Apart, the product may run as soon as
+    its factors exist; it is too late when, run then, the product frees more bytes (the factors
+    no other node reads from then on) than it takes. Graph order, each node moved up to just
+    after its latest input (GraphIndex.earliest), stands for the order the step runs in;
+    `fused`: the nodes the one Gemm stands for (their reads do not count); unknown sizes never
+    count as too late."""
+    ready = max(index.earliest(x) for x in factors)
+    if index.earliest(addend) <= ready:
+        return False
+    freed = 0
+    for x in dict.fromkeys(factors):
+        size = index.nbytes(x)
+        if index.position(x) >= 0 and x not in index.outputs and size is not None and all(
+                r <= ready for r in index.readers(x) if r not in fused):
+            freed += size
+    product_bytes = index.nbytes(product)
+    return product_bytes is not None and freed > product_bytes
+
+
 def attribute(node: onnx.NodeProto, name: str, default: object) -> object:
     found = [a for a in node.attribute if a.name == name]
     return helper.get_attribute_value(found[0]) if found else default
+
+
+def number(node: onnx.NodeProto, name: str, default: float) -> float:
+    """A numeric attribute of `node` (an int or a float), `default` when it has none."""
+    value = attribute(node, name, default)
+    assert isinstance(value, int | float), f"attribute {name} of {node.name} is not a number"
+    return float(value)
 
 
 def splice(model: onnx.ModelProto, replaced: Mapping[int, Sequence[onnx.NodeProto]],

@@ -19,6 +19,9 @@ it does not match byte for byte):
   removed, since the plan places values and copies them itself;
 - a weight gradient's matrix product is folded into its SGD update (schemas.update_fusion),
   which ONNX Runtime does not do and which takes the gradient's bytes out of the step;
+- a matrix product whose addend is made much later is kept apart from it
+  (schemas.late_addend: a tied embedding's gradient), so that the product's factors do not live
+  until the addend exists;
 - the cross-entropy gradient is written over the softmax instead of beside a logits-sized
   one-hot matrix (schemas.loss_fusion), which takes one logits-sized buffer out of the peak;
 - the 1x1 MaxPool torch's export runs only to learn each plane's flat index offset becomes those
@@ -38,6 +41,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.late_addend import split_late_addends
 from schemas.loss_fusion import fuse_cross_entropy_gradients
 from schemas.pool_offsets import fold_pool_offsets
 from schemas.update_fusion import fuse_sgd_updates
@@ -134,8 +138,8 @@ def optimized_model(data: bytes, level: Literal["basic", "extended"], providers:
                 f"ONNX Runtime has no {', '.join(missing)} on this machine, so it cannot optimize "
                 "the graph for it")
         written = path.read_bytes()
-    rewrites = (_without_copy_nodes, fuse_sgd_updates, fuse_cross_entropy_gradients,
-                fold_pool_offsets)
+    rewrites = (_without_copy_nodes, fuse_sgd_updates, split_late_addends,
+                fuse_cross_entropy_gradients, fold_pool_offsets)
     for rewrite in rewrites:
         written = rewrite(written)
     return written

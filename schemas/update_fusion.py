@@ -34,7 +34,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from schemas.graph_rewrite import DEFAULT_DOMAINS, GraphIndex, attribute, scalar, splice
+from schemas.graph_rewrite import (
+    DEFAULT_DOMAINS,
+    GraphIndex,
+    addend_comes_too_late,
+    number,
+    scalar,
+    splice,
+)
 
 _CONTRIB = "com.microsoft"
 
@@ -61,9 +68,6 @@ def fuse_sgd_updates(data: bytes) -> bytes:
     index = GraphIndex(graph)
     shapes, once = index.shapes, index.once
 
-    def attr(node: onnx.NodeProto, name: str, default: float) -> float:
-        return float(attribute(node, name, default))  # type: ignore[arg-type]
-
     def product(name: str) -> _Product | None:
         k = index.producer.get(name)
         if k is None or not once(name):
@@ -76,11 +80,11 @@ def fuse_sgd_updates(data: bytes) -> bytes:
         if kind not in {("", "Gemm"), ("", "MatMul"), (_CONTRIB, "FusedMatMul")} or \
                 len(inputs) != 2 or any(len(shapes.get(x, (0, ()))[1]) != 2 for x in inputs):
             return None
-        if kind[1] == "FusedMatMul" and (attr(node, "transBatchA", 0) or
-                                         attr(node, "transBatchB", 0)):
+        if kind[1] == "FusedMatMul" and (number(node, "transBatchA", 0) or
+                                         number(node, "transBatchB", 0)):
             return None
-        return _Product(inputs[0], inputs[1], attr(node, "alpha", 1.0),
-                        int(attr(node, "transA", 0)), int(attr(node, "transB", 0)), (k,))
+        return _Product(inputs[0], inputs[1], number(node, "alpha", 1.0),
+                        int(number(node, "transA", 0)), int(number(node, "transB", 0)), (k,))
 
     def scaled(name: str) -> _Product | None:
         direct = product(name)
@@ -109,6 +113,9 @@ def fuse_sgd_updates(data: bytes) -> bytes:
             found = scaled(step)
             if found is None or weight in (found.a, found.b) or dropped & set(found.nodes):
                 continue
+            if addend_comes_too_late(index, (found.a, found.b), weight,
+                                     graph.node[found.nodes[0]].output[0], {*found.nodes, k}):
+                continue  # a sum of gradients, not an update (schemas.late_addend)
             out_shape = shapes.get(graph.node[found.nodes[0]].output[0])
             if out_shape is None or shapes.get(weight) != out_shape or \
                     out_shape[0] != TensorProto.FLOAT:

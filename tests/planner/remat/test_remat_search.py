@@ -53,16 +53,16 @@ pytestmark = pytest.mark.usefixtures("private_profile_cache")
 LAYOUT_SLACK = 0.03
 
 
-def at_half_the_activations(name: str):
+def at_activation_share(name: str, share: float = 0.5):
     """A fixture as the CLI plans it (extended rewrite), its quick profile and order, and the
-    budget of its persistent bytes plus half the rest of its keep-everything peak."""
+    budget of its persistent bytes plus `share` of the rest of its keep-everything peak."""
     graph = load_graph(model_path(name), optimization="extended")
     profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY)
     costs = costs_from_profile(profile, graph, ["cpu"])
     order = optimize_order(graph, use_solver=False).order
     keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats.peaks["cpu"]
     persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
-    budget = (persistent + keep) // 2
+    budget = int(persistent + share * (keep - persistent))
     return graph, profile, costs, order, budget
 
 
@@ -273,7 +273,7 @@ def test_eviction_drops_backward_values_when_forward_ones_are_not_enough():
     """On ResNet-CIFAR (BatchNorm, momentum) at persistent + half its activation bytes, the
     order's backward phase holds transposed gradients for dozens of steps: evicting forward
     values alone cannot reach the budget in that order, evicting those too can."""
-    graph, profile, costs, order, budget = at_half_the_activations("resnet_cifar")
+    graph, profile, costs, order, budget = at_activation_share("resnet_cifar")
     forward, _ = forward_phase(graph, order, RematOptions())
     forward_only = evict_schedule(graph, order, "cpu", budget, costs, forward, alignment=64)
     assert forward_only is not None
@@ -290,7 +290,7 @@ def test_deferred_order_lets_forward_eviction_fit_and_is_searched():
     """The same case in the deferred order (each transpose right before the convolution that
     reads it): evicting forward values alone fits, at a lower step time than any schedule of
     the order itself, and the search runs both orders and keeps that one first."""
-    graph, profile, costs, order, budget = at_half_the_activations("resnet_cifar")
+    graph, profile, costs, order, budget = at_activation_share("resnet_cifar")
     late = deferred(graph, order)
     forward, _ = forward_phase(graph, late, RematOptions())
     evicted = evict_schedule(graph, late, "cpu", budget, costs, forward, alignment=64)
@@ -358,8 +358,10 @@ def test_a_stage_model_schedule_replays_within_the_memory_the_model_counted():
     and let the root go, while the emitted schedule kept the root alive under the view: the
     model's schedules replayed at 725 KB against the 554 KB it counted, and none was used. Now
     a view's reader needs its root resident, and the emitted schedule runs the view again
-    after its root is recomputed."""
-    graph, profile, costs, order, budget = at_half_the_activations("gpt2_tiny_adam")
+    after its root is recomputed. (At 55% of the activations: since its tied head's product runs
+    apart from its late addend, schemas.late_addend, half of its lower keep-everything peak is
+    beyond what the forward-only stage model reaches.)"""
+    graph, profile, costs, order, budget = at_activation_share("gpt2_tiny_adam", 0.55)
     configured = configure(graph, order, costs, {"cpu": budget}, memory_unit=64)
     problem = configured.problem
     # 20 s: at 5 s the repair heuristic (which finds nothing here) left CP-SAT under 1 s, and
@@ -401,7 +403,7 @@ def test_backward_eviction_in_the_chosen_order_comes_before_other_orders():
     forward eviction was tried first (UNet-Adam near its smallest budget: every confirming plan
     then ran out of time and min-budget answered the keep-everything arena, 151 MB against
     52.9 MB)."""
-    graph, profile, costs, order, _ = at_half_the_activations("gpt2_tiny_adam")
+    graph, profile, costs, order, _ = at_activation_share("gpt2_tiny_adam")
     others = optimize_order(graph, use_solver=False).alternatives
     keep = baselines.keep_all(graph, order, "cpu", costs, alignment=64).stats.peaks["cpu"]
     persistent = sum(-(-graph.tensors[t].nbytes // 64) * 64 for t in persistent_tensors(graph))
