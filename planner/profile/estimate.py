@@ -170,13 +170,19 @@ def _median_run(model: ModelProto, device: Device, threads: int, arrays: list[np
     return median_time(run, 7, CLOCKS[kernel_clock(device, threads)])
 
 
+def matmul_seconds(device: Device, threads: int, n: int) -> float:
+    """The median time of an n x n x n float MatMul on `device` (the roofline's flop/s, and the
+    reference kernel of planner.profile.host_speed)."""
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    return _median_run(_one_node("MatMul", [[n, n], [n, n]], [n, n]), device, threads, [a, a])
+
+
 def measure_roofline(device: Device, threads: int) -> Roofline:
     """Peak flop/s (512^3 MatMul) and bandwidth (Add of 2 x 16 MiB -> 16 MiB) of `device`, timed
     on the clock its ops are (planner.profile.op_runner.kernel_clock), so that a busy machine
     does not lower it below what the slowdowns were measured against."""
     n = 512
-    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
-    t_mm = _median_run(_one_node("MatMul", [[n, n], [n, n]], [n, n]), device, threads, [a, a])
+    t_mm = matmul_seconds(device, threads, n)
     m = 4 * 1024 * 1024
     x = np.ones(m, np.float32)
     t_add = _median_run(_one_node("Add", [[m], [m]], [m]), device, threads, [x, x])

@@ -16,7 +16,7 @@ from typing import TextIO
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    phase: str  # "capture", "ops", "copies", "done"
+    phase: str  # "speed" (planner.profile.host_speed), "capture", "ops", "copies", "done"
     done: int
     total: int
     message: str = ""

@@ -34,6 +34,7 @@ from planner.profile.copies import DEFAULT_SIZES, measure_copies
 from planner.profile.devices import Device, check_device, parse_devices
 from planner.profile.graph_workspace_cost import measurement_cost
 from planner.profile.host_memory import capture_allowance_bytes
+from planner.profile.host_speed import speed_epoch
 from planner.profile.inputs import capture_tensors, producers_of, resident_values
 from planner.profile.machine import describe_machine, fingerprint
 from planner.profile.op_runner import kernel_clock, measure_op, run_overhead
@@ -76,6 +77,25 @@ def _open_cache(cache: CacheArg) -> tuple[ProfileCache | None, bool]:
 def device_fingerprint(machine: MachineInfo, device: Device) -> str:
     gpus = {"gpu": machine.gpus[device.name]} if device.is_gpu else {}
     return fingerprint(machine.cpu_model, machine.cpu_cores, gpus)
+
+
+def _cached_as(machine: MachineInfo, targets: Sequence[Device], store: ProfileCache | None,
+               threads: int, report: Callable[..., None]) -> dict[str, str]:
+    """Each device's machine in the cache keys: its fingerprint and, with a cache, the speed
+    epoch whose costs it may reuse now (planner.profile.host_speed), reported when the speed
+    moved since the costs cached for it were measured."""
+    machines = {}
+    for device in targets:
+        name = device_fingerprint(machine, device)
+        if store is not None:
+            epoch = speed_epoch(store, name, device, threads)
+            name = f"{name} @speed {epoch.name}"
+            if epoch.drift is not None:
+                report("speed", 1, 1, f"{device.name} runs its reference kernel in "
+                       f"{epoch.drift:.2f}x the time recorded with the costs cached for it: "
+                       "measuring them again")
+        machines[device.name] = name
+    return machines
 
 
 def _to_cost(cost: CachedCost, cached: bool) -> OpCost:
@@ -132,10 +152,11 @@ def profile_graph(
                                    time.perf_counter() - started))
 
     try:
-        stats, profiles = _measure_all(graph, targets, machine, store, given, threads, policy,
+        machines = _cached_as(machine, targets, store, threads, report)
+        stats, profiles = _measure_all(graph, targets, machines, store, given, threads, policy,
                                        report, deadline, memory_allowance_bytes)
         if any(_missing(p, targets) for p in profiles):
-            roofs = _rooflines(targets, machine, store, threads, rooflines or {})
+            roofs = _rooflines(targets, machines, store, threads, rooflines or {})
             _estimate_missing(graph, profiles, targets, roofs)
         else:
             roofs = {}
@@ -174,15 +195,15 @@ def profile_graph(
     return profile
 
 
-def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
+def _measure_all(graph: Graph, targets: list[Device], machines: Mapping[str, str],
                  store: ProfileCache | None, given: dict[str, np.ndarray] | None, threads: int,
                  policy: TimingPolicy, report: Callable[..., None], deadline: float | None,
                  allowance_bytes: int | None) -> tuple[dict[str, int], list[OpProfile]]:
     """The cached and newly measured costs of every (op, device), and the counts of cache hits,
     measurements, signatures measured once for several ops, and ops left unmeasured (no entry
-    for that device): out of time, or reading more than the capture's memory allowance."""
+    for that device): out of time, or reading more than the capture's memory allowance.
+    `machines`: each device's machine in the cache keys (_cached_as)."""
     signatures = [op_signature(graph, op) for op in graph.ops]
-    fingerprints = {d.name: device_fingerprint(machine, d) for d in targets}
     profiles = [OpProfile(op_id=op.id, name=op.name, op_type=op.op_type) for op in graph.ops]
     total = len(graph.ops) * len(targets)
     stats = dict.fromkeys(("hits", "misses", "deduplicated", "unmeasured", "over_allowance",
@@ -197,7 +218,7 @@ def _measure_all(graph: Graph, targets: list[Device], machine: MachineInfo,
             entry.unsupported[device.name] = cost.reason
 
     keys = {(op.id, device.name): CacheKey(signatures[op.id], op.op_type, device.provider,
-                                           threads, ort.__version__, fingerprints[device.name],
+                                           threads, ort.__version__, machines[device.name],
                                            kernel_clock(device, threads))
             for op in graph.ops for device in targets}
     cached = store.get_many(list(keys.values())) if store is not None else {}
@@ -309,14 +330,14 @@ def _missing(entry: OpProfile, targets: Sequence[Device]) -> list[str]:
             if d.name not in entry.costs and d.name not in entry.unsupported]
 
 
-def _rooflines(targets: list[Device], machine: MachineInfo, store: ProfileCache | None,
+def _rooflines(targets: list[Device], machines: Mapping[str, str], store: ProfileCache | None,
                threads: int, configured: Mapping[str, Roofline]) -> dict[str, Roofline]:
     roofs: dict[str, Roofline] = {}
     for device in targets:
         if device.name in configured:
             roofs[device.name] = configured[device.name].model_copy(update={"source": "configured"})
             continue
-        key = estimate.roofline_cache_key(device_fingerprint(machine, device), device, threads)
+        key = estimate.roofline_cache_key(machines[device.name], device, threads)
         text = store.get_value(key) if store is not None else None
         if text is not None:
             roofs[device.name] = Roofline.model_validate_json(text)
