@@ -33,6 +33,9 @@ from planner.errors import InfeasibleError
 from planner.ir.graph import Graph, load_graph
 from planner.pipeline import plan_graph
 from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.devices import Device
+from planner.profile.estimate import matmul_seconds
+from planner.profile.host_speed import REFERENCE_N
 from schemas.plan import ComputeStep, Plan, PlanRequest
 from schemas.profile import Profile
 from tests.support.fixture_zoo import REQUIRED, model_path
@@ -61,6 +64,7 @@ class KeepEverything:
     profile: Profile
     plan: Plan
     plan_path: Path
+    reference_s: float  # the host's reference kernel right after profiling (host_reference_s)
 
 
 def keep_everything(name: str, tmp: Path) -> KeepEverything:
@@ -70,12 +74,21 @@ def keep_everything(name: str, tmp: Path) -> KeepEverything:
     # between days (UNet-small's per-op sum, same rules: 3.6 ms cached, 5.4 ms two days later),
     # and the prediction is compared with a step measured now.
     profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY, cache=None)
+    reference = host_reference_s()
     everything = sum(t.nbytes for t in graph.tensors) * 2
     keep = plan_graph(graph, PlanRequest(budgets={"cpu": everything}, profile=profile,
                                          time_limit_s=30, graph_optimization=LEVEL))
     keep_path = tmp / f"{name}.keep.json"
     keep_path.write_text(keep.model_dump_json())
-    return KeepEverything(name, path, graph, profile, keep, keep_path)
+    return KeepEverything(name, path, graph, profile, keep, keep_path, reference)
+
+
+def host_reference_s() -> float:
+    """The profile cache's reference kernel (planner.profile.host_speed) timed now (not its
+    per-process memo). This shared host flips between speeds about 2x apart for minutes at a
+    time, so the kernel is timed when the profile is taken and again when the plans run: the
+    ratio says whether the host ran them at the profile's speed."""
+    return matmul_seconds(Device("cpu", 0), 1, REFERENCE_N)
 
 
 def plan_at(keep: KeepEverything, budget: int, time_limit: float, steps: int, tmp: Path
@@ -107,7 +120,9 @@ def plan_at(keep: KeepEverything, budget: int, time_limit: float, steps: int, tm
     )
     plan_path = tmp / f"{keep.name}.{budget}.json"
     plan_path.write_text(plan.model_dump_json())
-    row["measured"] = measure(keep.path, keep.plan_path, plan_path, steps)
+    measured = measure(keep.path, keep.plan_path, plan_path, steps)
+    measured["host_speed"] = round(measured["reference_s"] / keep.reference_s, 3)
+    row["measured"] = measured
     return row
 
 
@@ -143,6 +158,7 @@ def worker(model: str, keep_plan: str, plan: str, steps: int) -> None:
     values = generated_inputs(plans["keep"])
     for runner in runners.values():
         runner.load_inputs(values)
+    reference = host_reference_s()
     cpu: dict[str, list[float]] = {name: [] for name in runners}
     wall: dict[str, list[float]] = {name: [] for name in runners}
     for k in range(steps + 1):
@@ -153,8 +169,9 @@ def worker(model: str, keep_plan: str, plan: str, steps: int) -> None:
             if k:  # the first step pages the arena in
                 cpu[name].append(c1 - c0)
                 wall[name].append(w1 - w0)
-    print(json.dumps({f"{kind}_{name}_s": statistics.median(values[name])
-                      for kind, values in (("cpu", cpu), ("wall", wall)) for name in runners}))
+    print(json.dumps({"reference_s": reference,
+                      **{f"{kind}_{name}_s": statistics.median(values[name])
+                         for kind, values in (("cpu", cpu), ("wall", wall)) for name in runners}}))
 
 
 def markdown(results: dict) -> str:
@@ -173,13 +190,16 @@ def markdown(results: dict) -> str:
         "for the keep-everything plan, which shows how far the profile itself is off), and "
         "measured overhead "
         "(remat step / keep-everything step, same process, interleaved). Load: 1-minute load "
-        "average when the request started (2 cores). A refusal's status gives the budget it "
-        "names over the budget (\"asks\": the smallest arena the planner met; below the "
+        "average when the request started (2 cores). *host*: the profile cache's reference "
+        "kernel (planner.profile.host_speed) timed when the plans ran over its time right after "
+        "the profile was taken (1.00: the host ran at the profile's speed; this one flips "
+        "between speeds about 2x apart for minutes at a time). A refusal's status gives the "
+        "budget it names over the budget (\"asks\": the smallest arena the planner met; below the "
         "op-footprint bound, that bound).",
         "",
         "| model | ops | budget | MiB | wall s | status (method) | overhead | gap | measured / "
-        "predicted (keep-everything's) | measured overhead | load |",
-        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "predicted (keep-everything's) | measured overhead | host | load |",
+        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for entry in results["models"]:
         for label, row in entry["budgets"].items():
@@ -202,7 +222,8 @@ def markdown(results: dict) -> str:
                 f"{'-' if over is None else f'{over:.3f}{mark}'} | "
                 f"{'-' if gap is None else f'{gap:.1%}'} | "
                 f"{'-' if ratio is None else f'{ratio:.2f} ({keep_ratio:.2f})'} | "
-                f"{'-' if measured_over is None else f'{measured_over:.3f}'} | {row['load']} |")
+                f"{'-' if measured_over is None else f'{measured_over:.3f}'} | "
+                f"{m['host_speed'] if 'host_speed' in m else '-'} | {row['load']} |")
     return "\n".join(lines) + "\n"
 
 
