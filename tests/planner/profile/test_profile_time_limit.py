@@ -42,17 +42,24 @@ def test_a_short_limit_measures_what_fits_and_caches_only_that(tmp_path):
     # Between the capture's estimated cost (the profiler does not start it unless it fits) and
     # what a cold profile takes on this machine now (0.6-3 s with the quick policy, with load):
     # a fixed 1 s was enough for all of it on an idle machine. The faster of two cold profiles:
-    # one alone, late in the suite, once took long enough that the limit let every op in.
-    full = min(_cold_profile_seconds(g, tmp_path / f"full{k}.sqlite") for k in range(2))
-    capture = measurement_cost(g, 1, True).total(1)
-    assert capture < full
-    limit = (capture + full) / 2
-    with ProfileCache(tmp_path / "cache.sqlite") as cache:
-        started = time.perf_counter()
-        profile = profile_graph(g, cache=cache, policy=QUICK_POLICY, time_limit_s=limit)
-        elapsed = time.perf_counter() - started
-        sources = [o.costs["cpu"].source for o in profile.ops]
-        assert "measured" in sources and "estimated" in sources
-        assert elapsed < limit + 1.5  # the last op's timing cap, the roofline, the copies
-        again = profile_graph(g, cache=cache, policy=QUICK_POLICY, time_limit_s=0)
-    assert again.cache.hits == sources.count("measured")  # every measured op, nothing else
+    # one alone, late in the suite, once took long enough that the limit let every op in. Up to
+    # three tries, each timed afresh: this shared host flips between speeds about 2x apart
+    # (planner.profile.host_speed), and a limit set in the slow state let every op in once.
+    for attempt in range(3):
+        full = min(_cold_profile_seconds(g, tmp_path / f"full{attempt}-{k}.sqlite")
+                   for k in range(2))
+        capture = measurement_cost(g, 1, True).total(1)
+        assert capture < full
+        limit = (capture + full) / 2
+        with ProfileCache(tmp_path / f"cache{attempt}.sqlite") as cache:
+            started = time.perf_counter()
+            profile = profile_graph(g, cache=cache, policy=QUICK_POLICY, time_limit_s=limit)
+            elapsed = time.perf_counter() - started
+            sources = [o.costs["cpu"].source for o in profile.ops]
+            assert elapsed < limit + 1.5  # the last op's timing cap, the roofline, the copies
+            if "measured" not in sources or "estimated" not in sources:
+                continue
+            again = profile_graph(g, cache=cache, policy=QUICK_POLICY, time_limit_s=0)
+        assert again.cache.hits == sources.count("measured")  # every measured op, nothing else
+        return
+    pytest.fail("no limit between the capture's cost and a cold profile measured some ops")
