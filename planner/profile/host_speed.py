@@ -68,8 +68,7 @@ def speed_epoch(store: ProfileCache, fingerprint: str, device: Device, threads: 
     now = reference_seconds(device, threads)
     key = json.dumps(["speed-epochs", fingerprint, device.provider, threads, ort.__version__,
                       kernel_clock(device, threads)])
-    text = store.get_value(key)
-    epochs: dict[str, float] = json.loads(text) if text else {}
+    epochs = _recorded(store.get_value(key))
     closest = min(epochs.items(), key=lambda e: abs(math.log(e[1] / now)), default=None)
     if closest is not None and abs(math.log(closest[1] / now)) <= math.log(SPEED_TOLERANCE):
         return SpeedEpoch(closest[0])
@@ -77,3 +76,17 @@ def speed_epoch(store: ProfileCache, fingerprint: str, device: Device, threads: 
     epochs[name] = now
     store.put_value(key, json.dumps(epochs))
     return SpeedEpoch(name, None if closest is None else now / closest[1])
+
+
+def _recorded(text: str | None) -> dict[str, float]:
+    """The epochs a cache file records (name -> reference seconds); a record this code cannot
+    read (a damaged file, another version's format) counts as none, so its costs are measured
+    again rather than the profile failing."""
+    try:
+        found = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): float(v) for k, v in found.items()
+            if isinstance(v, int | float) and math.isfinite(v) and v > 0}

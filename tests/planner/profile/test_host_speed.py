@@ -30,8 +30,12 @@ def recorded_epochs(path: Path) -> tuple[str, dict[str, float]]:
 
 
 def rewrite_epochs(path: Path, key: str, epochs: dict[str, float]) -> None:
+    rewrite_epochs_text(path, key, json.dumps(epochs))
+
+
+def rewrite_epochs_text(path: Path, key: str, text: str) -> None:
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE machine_value SET value = ? WHERE key = ?", (json.dumps(epochs), key))
+        db.execute("UPDATE machine_value SET value = ? WHERE key = ?", (text, key))
 
 
 def test_costs_cached_at_another_speed_are_measured_again(tmp_path: Path) -> None:
@@ -67,3 +71,13 @@ def test_an_epoch_within_the_tolerance_is_reused_and_the_closest_wins(tmp_path: 
         begun = speed_epoch(store, "m", CPU, 1)
         assert begun.name not in ("far", "farther") and begun.drift == pytest.approx(0.5)
         assert set(recorded_epochs(store.path)[1]) == {"far", "farther", begun.name}
+
+
+@pytest.mark.parametrize("damaged", ["{not json", "[1, 2]", '{"a": -1, "b": "x"}'])
+def test_an_unreadable_epoch_record_counts_as_none(tmp_path: Path, damaged: str) -> None:
+    with ProfileCache(tmp_path / "cache.sqlite") as store:
+        speed_epoch(store, "m", CPU, 1)
+        key, _ = recorded_epochs(store.path)
+        rewrite_epochs_text(store.path, key, damaged)
+        begun = speed_epoch(store, "m", CPU, 1)
+        assert begun.drift is None and list(recorded_epochs(store.path)[1]) == [begun.name]
