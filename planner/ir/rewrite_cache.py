@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -32,7 +31,7 @@ import schemas.loss_fusion
 import schemas.optimized_graph
 import schemas.pool_offsets
 import schemas.update_fusion
-from planner.cache_dir import cache_dir
+from planner.cache_dir import cache_dir, prune_oldest, write_whole
 from schemas.optimized_graph import onnxruntime_version, optimized_model
 
 DIRECTORY_NAME = "optimized-graphs"
@@ -58,7 +57,7 @@ def cached_optimized_model(data: bytes, level: Literal["basic", "extended"],
     if len(made) <= MAX_ENTRY_BYTES:
         with contextlib.suppress(OSError):
             _write(folder, key, made)
-            _prune(folder)
+            prune_oldest(folder, f"*{SUFFIX}", MAX_TOTAL_BYTES)
     return made
 
 
@@ -91,30 +90,4 @@ def _read(folder: Path, key: str) -> bytes | None:
 
 
 def _write(folder: Path, key: str, data: bytes) -> None:
-    """Written whole under a temporary name, then renamed: readers never see part of it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{key}-{hashlib.sha256(data).hexdigest()}{SUFFIX}"
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".writing-")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, target)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def _prune(folder: Path) -> None:
-    entries = []
-    for path in folder.glob(f"*{SUFFIX}"):
-        with contextlib.suppress(OSError):
-            stat = path.stat()
-            entries.append((stat.st_mtime, stat.st_size, path))
-    total = sum(size for _, size, _ in entries)
-    for _, size, path in sorted(entries):
-        if total <= MAX_TOTAL_BYTES:
-            break
-        with contextlib.suppress(OSError):
-            path.unlink()
-            total -= size
+    write_whole(folder / f"{key}-{hashlib.sha256(data).hexdigest()}{SUFFIX}", data)

@@ -139,15 +139,17 @@ class RematFit:
                             ) -> BuiltPlan:
         """The smallest plan (planner.pipeline.infeasible.smallest_plan: one device, while the
         request's time lasts: its first probe completes whatever the time, a second on the
-        20,000-op chain) when it lays out within the budget, else the refusal naming what to
-        ask for; `result`: the search that found nothing, `over`: by how much the schedules it
-        found overshot."""
+        20,000-op chain; once the time is spent, only a schedule kept from an earlier request,
+        planner.remat.remembered) when it lays out within the budget, else the refusal naming
+        what to ask for; `result`: the search that found nothing, `over`: by how much the
+        schedules it found overshot."""
         smallest = None
-        if len(self.request.budgets) == 1 and not self.clock.spent():
+        if len(self.request.budgets) == 1:
             seen = () if result is None or result.smallest_peak_bytes is None else (
                 result.smallest_peak_bytes,)
             smallest = smallest_plan(self.graph, self.request, self.order, self.costs,
-                                     self.plan_id, self.clock.smallest_plan(),
+                                     self.plan_id,
+                                     0.0 if self.clock.spent() else self.clock.smallest_plan(),
                                      self.other_orders, seen)
             if smallest is not None and not overshoot(smallest.plan):
                 return smallest

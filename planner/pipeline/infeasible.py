@@ -34,6 +34,9 @@ from schemas.plan import PlanRequest
 
 # smallest_plan's time: the bisection of remat targets, the layout.
 SMALLEST_SHARES = (0.8, 0.2)
+# The layout's time when smallest_plan is given none (a request whose time is spent lays out a
+# schedule kept from before, planner.remat.remembered): its first heuristic completes whatever.
+SMALLEST_LAYOUT_AT_LEAST_S = 0.05
 # A refusal that came before this share of the time limit ended because the searches did, not
 # the time: it says so, and does not suggest more time (raise_infeasible).
 RAN_OUT_SHARE = 0.8
@@ -61,8 +64,9 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
     device (planner.remat.smallest: its targets bisected between the op-footprint bound and the
     keep-everything peak of the order), laid out for the request's budget (the arena may exceed
     it) with reports whose bound and status hold for that budget. None when no schedule is
-    found in `time_limit` (shared SMALLEST_SHARES). `seen`: peaks the request's search replayed,
-    aimed at first (least_peak)."""
+    found in `time_limit` (shared SMALLEST_SHARES; with none, only a schedule kept from an
+    earlier request is laid out, planner.remat.remembered). `seen`: peaks the request's search
+    replayed, aimed at first (least_peak)."""
     (device, _), = request.budgets.items()
     search_share, layout_share = SMALLEST_SHARES
     found = least_peak(graph, order.order, device, costs, order_lower_bound(graph),
@@ -80,7 +84,7 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
         solvers=(order_report_beside(order.report(), result.best.stats.recomputes),
                  remat_report(result)),
         predicted_seconds=result.objective_seconds,
-        layout_time_limit=layout_share * time_limit)
+        layout_time_limit=max(SMALLEST_LAYOUT_AT_LEAST_S, layout_share * time_limit))
 
 
 def raise_infeasible(graph: Graph, request: PlanRequest, result: RematResult | None,

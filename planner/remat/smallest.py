@@ -24,6 +24,7 @@ from planner.profile.costs import CostTable
 from planner.remat.evict import evict_candidates
 from planner.remat.heuristics import Candidate
 from planner.remat.rematerialize import plan_remat
+from planner.remat.remembered import remember_schedule, remembered_schedule
 
 # Probes at most (each halves the interval at least), and the interval (a share of its top)
 # below which bisecting stops.
@@ -60,7 +61,10 @@ def least_peak(graph: Graph, order: Sequence[int], device: str, costs: CostTable
     nothing and spends its whole share; aimed near it, it fits in half that (ResNet-CIFAR, 10 s:
     from 3,359,552 B the middle, 2,522,558 B, found nothing in 1.8 s, and the refusal named
     2,957,312 B here and 3,359,552 B on a slower machine; the quarter step fitted at 2,835,776 B in
-    0.9 s and it named 2,835,776-2,863,232 B). The first always completes; the next start only while
+    0.9 s and it named 2,835,776-2,863,232 B). It starts from the schedule of least peak an earlier
+    bisection of the graph kept (planner.remat.remembered), below `upper`, and keeps a lower one
+    it finds. Without one, the first probe always completes (given any time at all); the others
+    start only while
     the time left covers the last one's (a probe's first eviction run completes whatever its share:
     on the 20,000-op chain each took 2 s of a 0.2-0.6 s share). `seen`: peaks that earlier runs
     replayed (the request's own remat search), aimed at like the probes' own: UNet-small's search
@@ -68,14 +72,20 @@ def least_peak(graph: Graph, order: Sequence[int], device: str, costs: CostTable
     without it aimed at 830,238 B, then 502,899 B, and ended at 542,656 B."""
     started = time.perf_counter()
     low, high = lower, upper
-    least: Candidate | None = None
+    least = remembered_schedule(graph, device, costs, memory_unit)
+    if least is not None and least.stats.peaks[device] < upper:
+        high = least.stats.peaks[device]
+    else:
+        least = None
+    kept = least
     replayed: list[int] = list(seen)
     last = 0.0  # seconds the last probe took
     tried: set[int] = set()
-    fitted = False
+    fitted = least is not None
     for k in range(PROBES):
         remaining = time_limit - (time.perf_counter() - started)
-        if high - low <= TOLERANCE * high or (k and remaining < max(last, 1e-9)):
+        if high - low <= TOLERANCE * high or (
+                (k or kept is not None or time_limit <= 0) and remaining < max(last, 1e-9)):
             break
         aims = [peak for peak in replayed if low < peak < high and peak not in tried]
         if aims:
@@ -96,6 +106,8 @@ def least_peak(graph: Graph, order: Sequence[int], device: str, costs: CostTable
             continue
         least = min(found, key=lambda c: c.stats.peaks[device])
         high = least.stats.peaks[device]
+    if least is not None and least is not kept:
+        remember_schedule(graph, device, memory_unit, least)
     return LeastPeak(least, high if least is not None else upper, min(replayed, default=None))
 
 

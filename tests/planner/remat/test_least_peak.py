@@ -21,7 +21,8 @@ from tests.support.fixture_zoo import model_path
 
 
 def test_the_bisection_aims_first_at_a_peak_the_search_replayed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path))  # no least peak kept from before
     graph = load_graph(model_path("cnn_bn_momentum"), optimization="extended")
     order = optimize_order(graph, use_solver=False, time_limit=2)
     costs = costs_from_profile(profile_graph(graph, ["cpu"], policy=QUICK_POLICY), graph, ["cpu"])

@@ -1,0 +1,96 @@
+"""The schedule of least peak found for a graph on one device, kept on disk between requests.
+
+A refusal names the smallest budget this planner meets (planner.pipeline.infeasible): the arena
+of the schedule of least peak its bisection reached (planner.remat.smallest) in the time the
+request had left. A request for that budget has its own time, spent first on its own search:
+on a loaded host it may reach less deep, and be refused naming a larger budget (mlp_sgd at 1 s
+under CI load: refused at its op-footprint bound naming 64,640 B; asked for 64,640 B, refused
+again naming the keep-everything arena, 66,688 B). So the least peak schedule found is kept per
+graph, device and alignment, and each bisection starts from it: the budgets a refusal names only
+go down, and a request for one finds its schedule again without searching.
+
+An entry holds the schedule's events and its peak. It is keyed by what its validity depends on
+(the graph's ops and tensor sizes, the device, the alignment) and checked by replaying it on
+the graph it is loaded for: one that does not replay, or whose peak differs, is a miss. Entries
+over MAX_TOTAL_BYTES in all go least recently used first. A cache that cannot be written is only
+slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from planner.cache_dir import cache_dir, prune_oldest, write_whole
+from planner.ir.graph import Graph
+from planner.memory.schedule import Compute, Event, Free, Schedule, ScheduleError, home_on
+from planner.memory.simulate import simulate
+from planner.profile.costs import CostTable
+from planner.remat.heuristics import Candidate
+
+DIRECTORY_NAME = "least-peak-schedules"
+SUFFIX = ".json"
+MAX_TOTAL_BYTES = 256 * 2**20
+NAME = "the schedule of least peak found for this graph before (planner.remat.remembered)"
+
+
+def remembered_schedule(graph: Graph, device: str, costs: CostTable, memory_unit: int,
+                        directory: Path | None = None) -> Candidate | None:
+    """The schedule of least peak kept for `graph` on `device`, replayed with `costs`; None when
+    none is kept, or what is kept does not replay to its recorded peak."""
+    path = _path(graph, device, memory_unit, directory)
+    try:
+        entry = json.loads(path.read_bytes())
+        schedule = Schedule(tuple(_decode(entry["events"], device)), home_on(graph, device))
+        stats = simulate(graph, schedule, costs, alignment=memory_unit)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, ScheduleError):
+        return None
+    if stats.peaks.get(device) != entry.get("peak"):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # the least recently used go first
+    return Candidate(NAME, None, None, schedule, stats)
+
+
+def remember_schedule(graph: Graph, device: str, memory_unit: int, candidate: Candidate,
+                      directory: Path | None = None) -> None:
+    """Keep `candidate`, a schedule on `device` alone, for `graph` in place of what is kept (the
+    caller passes one below the peak of what remembered_schedule returned: an entry that does
+    not replay is replaced whatever it claims)."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.dumps({"peak": candidate.stats.peaks[device],
+                           "events": _encode(candidate.schedule.events, device)})
+        path = _path(graph, device, memory_unit, directory)
+        write_whole(path, data.encode())
+        prune_oldest(path.parent, f"*{SUFFIX}", MAX_TOTAL_BYTES)
+
+
+def _path(graph: Graph, device: str, memory_unit: int, directory: Path | None) -> Path:
+    key = json.dumps([
+        graph.model_sha256, None if graph.optimized is None else graph.optimized.sha256,
+        [(op.op_type, op.inputs, op.outputs) for op in graph.ops],
+        [t.nbytes for t in graph.tensors], device, memory_unit,
+    ])
+    name = hashlib.sha256(key.encode()).hexdigest()[:32] + SUFFIX
+    return (directory or cache_dir()) / DIRECTORY_NAME / name
+
+
+def _encode(events: tuple[Event, ...], device: str) -> list[int]:
+    """A compute as 2 * op + recompute, a free as -1 - tensor (one device, no copies)."""
+    encoded = []
+    for event in events:
+        if isinstance(event, Compute) and event.device == device:
+            encoded.append(2 * event.op + event.recompute)
+        elif isinstance(event, Free) and event.device == device:
+            encoded.append(-1 - event.tensor)
+        else:
+            raise ValueError(f"not a schedule on {device} alone: {event}")
+    return encoded
+
+
+def _decode(encoded: list[int], device: str) -> list[Event]:
+    return [Compute(code // 2, device, bool(code % 2)) if code >= 0 else Free(-1 - code, device)
+            for code in encoded]
