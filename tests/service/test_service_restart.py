@@ -60,6 +60,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow  # 15-35 s: `make test` stays under 10 min on 2 cores
 def test_a_killed_server_reruns_its_jobs_after_restart(tmp_path, database_url):
     service = ServiceProcess(tmp_path, workers=1, args=("--db", database_url))
     service.start()

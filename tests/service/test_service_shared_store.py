@@ -8,6 +8,7 @@ The survivor notices the dead owner (a dead process on this host) within its rec
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import create_engine, text
 
 from schemas.plan import Plan
@@ -32,6 +33,7 @@ def _owner_pid(database_url: str, plan_id: str) -> int:
     return int(owner.split("/")[1])
 
 
+@pytest.mark.slow  # 15-35 s: `make test` stays under 10 min on 2 cores
 def test_a_job_of_a_killed_instance_is_finished_by_the_other(tmp_path, postgres_url):
     shared = {"ARENAPLAN_MODEL_DIR": str(tmp_path / "models"), "ARENAPLAN_LEASE_S": "3"}
     instances = [ServiceProcess(tmp_path / name, workers=1, env=shared,

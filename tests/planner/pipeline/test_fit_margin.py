@@ -70,6 +70,7 @@ def test_a_search_that_replayed_nothing_near_the_budget_is_not_run_again_at_it()
     assert asked == [{"cpu": 60 - math.ceil(60 * LAST_CHANCE_MARGIN)}]
 
 
+@pytest.mark.slow  # 15-35 s: `make test` stays under 10 min on 2 cores
 def test_with_time_for_a_retry_the_first_solve_aims_at_the_budget():
     graph, profile, order, costs, plan, asked = fitted(TimeBudget(20.0))
     assert asked[0] == {"cpu": BUDGET}

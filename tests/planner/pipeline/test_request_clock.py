@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from planner.ir.graph import load_graph
 from planner.pipeline.orchestrate import plan_model_costed
 from planner.profile import profile_graph
@@ -13,6 +15,7 @@ from schemas.plan import PlanRequest
 from tests.support.fixture_zoo import model_path
 
 
+@pytest.mark.slow  # 15-35 s: `make test` stays under 10 min on 2 cores
 def test_a_cold_profile_takes_its_share_of_the_request_clock(tmp_path, monkeypatch):
     """The per-op profile was given no limit: a cold MobileNetV2 profile took 11 s of a 10 s
     request. Now it gets its share of what is left (planner.time_budget: TimeBudget.profile);

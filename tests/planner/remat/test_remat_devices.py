@@ -76,6 +76,7 @@ def test_gpu_budget_without_profile_or_gpu_says_to_pass_a_profile(mlp, monkeypat
         plan_graph(graph, request)
 
 
+@pytest.mark.slow  # 15-35 s: `make test` stays under 10 min on 2 cores
 def test_two_host_arenas_split_a_step_that_fits_neither(mlp, monkeypatch, tmp_path):
     graph, _, _ = mlp
     monkeypatch.setenv("ARENAPLAN_CACHE_DIR", str(tmp_path))
