@@ -25,7 +25,10 @@ it does not match byte for byte):
 - the cross-entropy gradient is written over the softmax instead of beside a logits-sized
   one-hot matrix (schemas.loss_fusion), which takes one logits-sized buffer out of the peak;
 - the 1x1 MaxPool torch's export runs only to learn each plane's flat index offset becomes those
-  offsets as a constant (schemas.pool_offsets).
+  offsets as a constant (schemas.pool_offsets);
+- a cheap elementwise value read in the forward and again in the backward, whose inputs live
+  until then anyway, is computed again before its backward readers instead of held
+  (schemas.late_recompute: a GELU's merged power of its input).
 
 Another ONNX Runtime version may rewrite differently; the
 digest then differs and the runtime refuses the plan with both versions named.
@@ -42,6 +45,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.late_addend import split_late_addends
+from schemas.late_recompute import recompute_for_late_readers
 from schemas.loss_fusion import fuse_cross_entropy_gradients
 from schemas.pool_offsets import fold_pool_offsets
 from schemas.update_fusion import fuse_sgd_updates
@@ -139,7 +143,7 @@ def optimized_model(data: bytes, level: Literal["basic", "extended"], providers:
                 "the graph for it")
         written = path.read_bytes()
     rewrites = (_without_copy_nodes, fuse_sgd_updates, split_late_addends,
-                fuse_cross_entropy_gradients, fold_pool_offsets)
+                fuse_cross_entropy_gradients, fold_pool_offsets, recompute_for_late_readers)
     for rewrite in rewrites:
         written = rewrite(written)
     return written

@@ -27,6 +27,7 @@ from typing import Literal
 
 import schemas.graph_rewrite
 import schemas.late_addend
+import schemas.late_recompute
 import schemas.loss_fusion
 import schemas.optimized_graph
 import schemas.pool_offsets
@@ -40,7 +41,8 @@ MAX_TOTAL_BYTES = 2**30
 SUFFIX = ".onnx"
 # The modules whose code decides the rewritten bytes besides ONNX Runtime itself.
 _REWRITE_MODULES = (schemas.optimized_graph, schemas.graph_rewrite, schemas.update_fusion,
-                    schemas.late_addend, schemas.loss_fusion, schemas.pool_offsets)
+                    schemas.late_addend, schemas.late_recompute, schemas.loss_fusion,
+                    schemas.pool_offsets)
 
 
 def cached_optimized_model(data: bytes, level: Literal["basic", "extended"],
