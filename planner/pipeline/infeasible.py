@@ -27,6 +27,7 @@ from planner.order import OrderResult
 from planner.plan.builder import BuiltPlan, build_plan
 from planner.profile.costs import CostTable
 from planner.remat.rematerialize import RematResult, result_of
+from planner.remat.remembered import remember_layout, remembered_layout
 from planner.remat.report import order_report_beside, remat_report
 from planner.remat.smallest import least_peak
 from planner.version import PLANNER_VERSION
@@ -65,7 +66,9 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
     keep-everything peak of the order), laid out for the request's budget (the arena may exceed
     it) with reports whose bound and status hold for that budget. None when no schedule is
     found in `time_limit` (shared SMALLEST_SHARES; with none, only a schedule kept from an
-    earlier request is laid out, planner.remat.remembered). `seen`: peaks the request's search
+    earlier request is laid out, planner.remat.remembered). A schedule kept with a layout gets
+    that layout again, and a smaller layout of it is kept: the arena a refusal named is what a
+    request for it gets. `seen`: peaks the request's search
     replayed, aimed at first (least_peak)."""
     (device, _), = request.budgets.items()
     search_share, layout_share = SMALLEST_SHARES
@@ -78,13 +81,18 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
     result = result_of(graph, [found.schedule], device, costs,
                        "the schedule of least peak the search reaches (planner.remat.smallest)")
     assert result.best is not None
-    return build_plan(
-        graph, result.best.schedule, request, plan_id=plan_id,
+    schedule, unit = result.best.schedule, request.alignment
+    kept = remembered_layout(graph, device, unit, schedule)
+    built = build_plan(
+        graph, schedule, request, plan_id=plan_id,
         planner_version=PLANNER_VERSION,
         solvers=(order_report_beside(order.report(), result.best.stats.recomputes),
                  remat_report(result)),
         predicted_seconds=result.objective_seconds,
-        layout_time_limit=max(SMALLEST_LAYOUT_AT_LEAST_S, layout_share * time_limit))
+        layout_time_limit=max(SMALLEST_LAYOUT_AT_LEAST_S, layout_share * time_limit),
+        known_offsets=None if kept is None else {device: kept})
+    remember_layout(graph, device, unit, schedule, built.layouts[device])
+    return built
 
 
 def raise_infeasible(graph: Graph, request: PlanRequest, result: RematResult | None,

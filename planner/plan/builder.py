@@ -14,7 +14,7 @@ every field itself, and planner.plan.validate re-checks the whole plan independe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -56,7 +56,10 @@ def build_plan(
     solvers: Sequence[SolverReport] = (),
     predicted_seconds: float | None = None,
     layout_time_limit: float = 10.0,
+    known_offsets: Mapping[str, Mapping[str, int]] | None = None,
 ) -> BuiltPlan:
+    """The plan of `schedule`: its buffers laid out per device (planner.layout.choose
+    .plan_layout, given `known_offsets[device]` where a layout of them was kept before)."""
     walk = replay(graph, schedule)
     name = {m: _buffer_id(graph, m) for m in walk.materializations}
     owners: dict[str, list[Materialization]] = {}
@@ -74,6 +77,7 @@ def build_plan(
             time_limit=layout_time_limit,
             workers=request.workers,
             seed=request.seed,
+            known=(known_offsets or {}).get(device),
         )
         layouts[device] = layout
         reports.append(SolverReport(

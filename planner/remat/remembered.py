@@ -9,7 +9,10 @@ again naming the keep-everything arena, 66,688 B). So the least peak schedule fo
 graph, device and alignment, and each bisection starts from it: the budgets a refusal names only
 go down, and a request for one finds its schedule again without searching.
 
-An entry holds the schedule's events and its peak. It is keyed by what its validity depends on
+An entry holds the schedule's events and its peak, and the offsets of the smallest layout a plan
+of it got (planner.pipeline.infeasible.smallest_plan): a layout given less time can come out
+larger (GPT-2-small's, 1,824,774,080 B with 2 s, 1,829,924,800 B with 0.3 s), and the budget a
+refusal named is that arena. It is keyed by what its validity depends on
 (the graph's ops and tensor sizes, the device, the alignment) and checked by replaying it on
 the graph it is loaded for: one that does not replay, or whose peak differs, is a miss. Entries
 over MAX_TOTAL_BYTES in all go least recently used first. A cache that cannot be written is only
@@ -21,11 +24,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
 from planner.cache_dir import cache_dir, prune_oldest, write_whole
 from planner.ir.graph import Graph
+from planner.layout.types import Layout
 from planner.memory.schedule import Compute, Event, Free, Schedule, ScheduleError, home_on
 from planner.memory.simulate import simulate
 from planner.profile.costs import CostTable
@@ -42,11 +47,13 @@ def remembered_schedule(graph: Graph, device: str, costs: CostTable, memory_unit
     """The schedule of least peak kept for `graph` on `device`, replayed with `costs`; None when
     none is kept, or what is kept does not replay to its recorded peak."""
     path = _path(graph, device, memory_unit, directory)
+    entry = _read(path)
+    if entry is None:
+        return None
     try:
-        entry = json.loads(path.read_bytes())
         schedule = Schedule(tuple(_decode(entry["events"], device)), home_on(graph, device))
         stats = simulate(graph, schedule, costs, alignment=memory_unit)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, ScheduleError):
+    except (ValueError, KeyError, TypeError, IndexError, ScheduleError):
         return None
     if stats.peaks.get(device) != entry.get("peak"):
         return None
@@ -60,11 +67,55 @@ def remember_schedule(graph: Graph, device: str, memory_unit: int, candidate: Ca
     """Keep `candidate`, a schedule on `device` alone, for `graph` in place of what is kept (the
     caller passes one below the peak of what remembered_schedule returned: an entry that does
     not replay is replaced whatever it claims)."""
-    with contextlib.suppress(OSError, ValueError):
-        data = json.dumps({"peak": candidate.stats.peaks[device],
-                           "events": _encode(candidate.schedule.events, device)})
-        path = _path(graph, device, memory_unit, directory)
-        write_whole(path, data.encode())
+    with contextlib.suppress(ValueError):
+        _write(_path(graph, device, memory_unit, directory),
+               {"peak": candidate.stats.peaks[device],
+                "events": _encode(candidate.schedule.events, device)})
+
+
+def remembered_layout(graph: Graph, device: str, memory_unit: int, schedule: Schedule,
+                      directory: Path | None = None) -> dict[str, int] | None:
+    """The offsets of the smallest layout kept for `schedule` when it is the schedule kept for
+    `graph` on `device` (planner.layout.choose.plan_layout checks them before using them)."""
+    entry = _read(_path(graph, device, memory_unit, directory))
+    if entry is None or "layout" not in entry or not _same(entry, schedule, device):
+        return None
+    offsets = entry["layout"].get("offsets")
+    return offsets if isinstance(offsets, dict) else None
+
+
+def remember_layout(graph: Graph, device: str, memory_unit: int, schedule: Schedule,
+                    layout: Layout, directory: Path | None = None) -> None:
+    """Keep `layout` with the schedule kept for `graph` on `device` when `schedule` is that one
+    and its arena is below the one kept with it."""
+    path = _path(graph, device, memory_unit, directory)
+    entry = _read(path)
+    if entry is None or not _same(entry, schedule, device):
+        return
+    kept = entry.get("layout")
+    if isinstance(kept, dict) and kept.get("arena", math.inf) <= layout.arena_size:
+        return
+    _write(path, {**entry, "layout": {"arena": layout.arena_size, "offsets": layout.offsets}})
+
+
+def _same(entry: dict, schedule: Schedule, device: str) -> bool:
+    try:
+        return bool(entry["events"] == _encode(schedule.events, device))
+    except (KeyError, ValueError):
+        return False
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        entry = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _write(path: Path, entry: dict) -> None:
+    with contextlib.suppress(OSError):
+        write_whole(path, json.dumps(entry).encode())
         prune_oldest(path.parent, f"*{SUFFIX}", MAX_TOTAL_BYTES)
 
 

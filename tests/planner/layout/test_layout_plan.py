@@ -157,3 +157,17 @@ def test_tight_300_buffers_are_solved_at_their_capacity() -> None:
     layout = plan_layout(buffers, capacity=capacity, time_limit=60)
     assert check_layout(buffers, layout) == []
     assert layout.arena_size == capacity and layout.status == "OPTIMAL"
+
+
+def test_known_offsets_that_lay_the_buffers_out_are_the_answer():
+    """A layout kept from before (the smallest plan a refusal named) is given back as it was,
+    however little time is left; one that overlaps, or exceeds the capacity, is not used."""
+    buffers = [Buffer("a", 0, 2, 64), Buffer("b", 1, 3, 64), Buffer("c", 2, 4, 64)]
+    wasteful = {"a": 0, "b": 64, "c": 128}  # valid, though c could sit on a
+    layout = plan_layout(buffers, alignment=64, known=wasteful)
+    assert layout.offsets == wasteful and layout.method == "known"
+    assert layout.arena_size == 192 and layout.status == "FEASIBLE"
+    assert plan_layout(buffers, alignment=64).arena_size == 128
+    overlapping = {"a": 0, "b": 0, "c": 128}
+    assert plan_layout(buffers, alignment=64, known=overlapping).method != "known"
+    assert plan_layout(buffers, alignment=64, capacity=128, known=wasteful).arena_size == 128

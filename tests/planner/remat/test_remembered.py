@@ -81,8 +81,10 @@ def test_without_a_kept_schedule_and_without_time_nothing_is_searched(setting: S
     assert _bisect(setting, time_limit=0.0).schedule is None
 
 
-def test_a_request_whose_time_is_spent_lays_out_the_kept_schedule(setting: Setting) -> None:
-    """smallest_plan given no time: the plan of the kept schedule, within the budget it names."""
+def test_a_request_whose_time_is_spent_lays_out_the_kept_schedule_as_before(
+        setting: Setting) -> None:
+    """smallest_plan given no time: the plan of the kept schedule, in the layout it had when its
+    arena was named (a layout given less time can come out larger)."""
     request = PlanRequest(budgets={"cpu": order_lower_bound(setting.graph)}, time_limit_s=5,
                           graph_optimization="extended")
     assert smallest_plan(setting.graph, request, setting.order, setting.costs, "p",
@@ -93,7 +95,9 @@ def test_a_request_whose_time_is_spent_lays_out_the_kept_schedule(setting: Setti
     arena = named.plan.devices[0].arena_bytes
     asked = request.model_copy(update={"budgets": {"cpu": arena}})
     again = smallest_plan(setting.graph, asked, setting.order, setting.costs, "q", time_limit=0.0)
-    assert again is not None and again.plan.devices[0].arena_bytes <= arena
+    assert again is not None and again.plan.devices[0].arena_bytes == arena
+    assert again.layouts["cpu"].method == "known"
+    assert again.layouts["cpu"].offsets == named.layouts["cpu"].offsets
 
 
 def test_a_bisection_replaces_the_kept_schedule_only_with_a_lower_one(setting: Setting) -> None:
