@@ -91,7 +91,8 @@ def smallest_plan(graph: Graph, request: PlanRequest, order: OrderResult, costs:
         predicted_seconds=result.objective_seconds,
         layout_time_limit=max(SMALLEST_LAYOUT_AT_LEAST_S, layout_share * time_limit),
         known_offsets=None if kept is None else {device: kept})
-    remember_layout(graph, device, unit, schedule, built.layouts[device])
+    layout = built.layouts[device]
+    remember_layout(graph, device, unit, schedule, layout.arena_size, layout.offsets)
     return built
 
 

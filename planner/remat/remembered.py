@@ -26,11 +26,11 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from planner.cache_dir import cache_dir, prune_oldest, write_whole
 from planner.ir.graph import Graph
-from planner.layout.types import Layout
 from planner.memory.schedule import Compute, Event, Free, Schedule, ScheduleError, home_on
 from planner.memory.simulate import simulate
 from planner.profile.costs import CostTable
@@ -85,17 +85,18 @@ def remembered_layout(graph: Graph, device: str, memory_unit: int, schedule: Sch
 
 
 def remember_layout(graph: Graph, device: str, memory_unit: int, schedule: Schedule,
-                    layout: Layout, directory: Path | None = None) -> None:
-    """Keep `layout` with the schedule kept for `graph` on `device` when `schedule` is that one
-    and its arena is below the one kept with it."""
+                    arena: int, offsets: Mapping[str, int], directory: Path | None = None
+                    ) -> None:
+    """Keep a layout of `schedule` (`offsets` by buffer id, `arena` bytes) with the schedule kept
+    for `graph` on `device` when `schedule` is that one and `arena` is below the one kept."""
     path = _path(graph, device, memory_unit, directory)
     entry = _read(path)
     if entry is None or not _same(entry, schedule, device):
         return
     kept = entry.get("layout")
-    if isinstance(kept, dict) and kept.get("arena", math.inf) <= layout.arena_size:
+    if isinstance(kept, dict) and kept.get("arena", math.inf) <= arena:
         return
-    _write(path, {**entry, "layout": {"arena": layout.arena_size, "offsets": layout.offsets}})
+    _write(path, {**entry, "layout": {"arena": arena, "offsets": dict(offsets)}})
 
 
 def _same(entry: dict, schedule: Schedule, device: str) -> bool:

@@ -18,6 +18,7 @@ from planner.profile.costs import costs_from_profile
 from planner.remat import smallest
 from planner.remat.evict import evict_candidates
 from tests.support.fixture_zoo import model_path
+from tests.support.probes import record_probe_aims
 
 
 def test_the_bisection_aims_first_at_a_peak_the_search_replayed(
@@ -32,14 +33,7 @@ def test_the_bisection_aims_first_at_a_peak_the_search_replayed(
     seen = reached.smallest_peak
     assert seen is not None and lower < seen < upper
 
-    aims: list[int] = []
-    probe = smallest._probe
-
-    def recorded(graph, orders, device, costs, budget, memory_unit, deadline):
-        aims.append(budget)
-        return probe(graph, orders, device, costs, budget, memory_unit, deadline)
-
-    monkeypatch.setattr(smallest, "_probe", recorded)
+    aims = record_probe_aims(monkeypatch)
     found = smallest.least_peak(graph, order.order, "cpu", costs, lower, upper, memory_unit=64,
                                 time_limit=3.0, seen=(seen,))
     assert aims[0] == seen

@@ -24,6 +24,7 @@ from planner.remat import remembered, smallest
 from planner.remat.heuristics import Candidate
 from schemas.plan import PlanRequest
 from tests.support.fixture_zoo import model_path
+from tests.support.probes import record_probe_aims
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,7 @@ def test_a_bisection_starts_from_the_least_peak_kept_and_needs_no_time_for_it(
     assert kept is not None and kept.stats.peaks["cpu"] == first.budget
     assert kept.schedule.events == first.schedule.schedule.events
 
-    probes: list[int] = []
-    probe = smallest._probe
-
-    def recorded(graph, orders, device, costs, budget, memory_unit, deadline):
-        probes.append(budget)
-        return probe(graph, orders, device, costs, budget, memory_unit, deadline)
-
-    monkeypatch.setattr(smallest, "_probe", recorded)
+    probes = record_probe_aims(monkeypatch)
     again = _bisect(setting, time_limit=0.0)
     assert probes == [] and again.schedule is not None and again.budget == first.budget
     # given time, it only goes lower, aiming below what it kept
