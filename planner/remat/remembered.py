@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -78,10 +77,14 @@ def remembered_layout(graph: Graph, device: str, memory_unit: int, schedule: Sch
     """The offsets of the smallest layout kept for `schedule` when it is the schedule kept for
     `graph` on `device` (planner.layout.choose.plan_layout checks them before using them)."""
     entry = _read(_path(graph, device, memory_unit, directory))
-    if entry is None or "layout" not in entry or not _same(entry, schedule, device):
+    if entry is None or not _same(entry, schedule, device):
         return None
-    offsets = entry["layout"].get("offsets")
-    return offsets if isinstance(offsets, dict) else None
+    layout = entry.get("layout")
+    offsets = layout.get("offsets") if isinstance(layout, dict) else None
+    if not isinstance(offsets, dict) or not all(
+            isinstance(k, str) and type(v) is int for k, v in offsets.items()):
+        return None  # damaged: laid out afresh
+    return offsets
 
 
 def remember_layout(graph: Graph, device: str, memory_unit: int, schedule: Schedule,
@@ -94,7 +97,8 @@ def remember_layout(graph: Graph, device: str, memory_unit: int, schedule: Sched
     if entry is None or not _same(entry, schedule, device):
         return
     kept = entry.get("layout")
-    if isinstance(kept, dict) and kept.get("arena", math.inf) <= arena:
+    known = kept.get("arena") if isinstance(kept, dict) else None
+    if type(known) is int and known <= arena:
         return
     _write(path, {**entry, "layout": {"arena": arena, "offsets": dict(offsets)}})
 

@@ -134,3 +134,19 @@ def test_another_graph_device_or_alignment_has_its_own_entry(setting: Setting) -
     assert remembered.remembered_schedule(other, "cpu", setting.costs, 64) is None
     assert remembered.remembered_schedule(setting.graph, "cpu", setting.costs, 256) is None
     assert remembered.remembered_schedule(setting.graph, "cuda:0", setting.costs, 64) is None
+
+
+@pytest.mark.parametrize("layout", [["not", "a", "dict"], {"arena": "x", "offsets": {"b": "0"}}])
+def test_a_damaged_kept_layout_is_laid_out_afresh(setting: Setting, layout: object) -> None:
+    request = PlanRequest(budgets={"cpu": order_lower_bound(setting.graph)}, time_limit_s=5,
+                          graph_optimization="extended")
+    named = smallest_plan(setting.graph, request, setting.order, setting.costs, "p",
+                          time_limit=3.0)
+    assert named is not None
+    path = _entry_path()
+    path.write_text(json.dumps({**json.loads(path.read_text()), "layout": layout}))
+    again = smallest_plan(setting.graph, request, setting.order, setting.costs, "q",
+                          time_limit=1.0)
+    assert again is not None and again.layouts["cpu"].method != "known"
+    # and its layout is kept in place of the damaged one
+    assert json.loads(path.read_text())["layout"]["arena"] == again.plan.devices[0].arena_bytes
