@@ -33,10 +33,10 @@ import numpy as np
 from runtime.errors import ArenaBudgetError, ModelMismatchError, PlanCheckError
 from runtime.model import RuntimeModel, ValueType
 from runtime.plan_io import check_schema_version
+from schemas.graph_rewrite import VIEW_OP_TYPES
 from schemas.plan import (
     IN_PLACE_OP_TYPES,
     SINGLE_INPUT_IN_PLACE_OP_TYPES,
-    VIEW_OP_TYPES,
     BufferSpec,
     ComputeStep,
     CopyStep,

@@ -18,6 +18,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# Ops whose output is their first input's bytes under another shape: a `view` buffer of a plan is
+# written by one of these, reading a buffer of the same storage, and the kernel writes nothing.
+VIEW_OP_TYPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 Shape = tuple[int, tuple[int, ...]]  # (element type, static dims)
 
 

@@ -45,9 +45,6 @@ PLAN_SCHEMA_VERSION = 2
 # `cpu:N` is an extra host arena (a second NUMA node, or a stand-in for a second device when no
 # GPU is at hand); it runs on the CPU and shares the CPU's costs.
 DEVICE_PATTERN = re.compile(r"cpu(:\d+)?|cuda:\d+")  # the whole name: fullmatch, no "\n"
-# Ops whose output is their first input's bytes under another shape: a `view` buffer is written
-# by one of these, reading a buffer of the same storage, and the kernel writes nothing.
-VIEW_OP_TYPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 # Ops that may write their output over one input only (op type -> that input's index), and only
 # when no other input shares its bytes. Scatters over their data input (0): ONNX Runtime's kernels
 # copy the data into the output unless both are the same address, then write the updates at their

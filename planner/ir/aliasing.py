@@ -9,13 +9,15 @@ same rule as the memory model.
 from __future__ import annotations
 
 from planner.ir.graph import Graph, Op, Tensor
-from schemas.plan import IN_PLACE_OP_TYPES, SINGLE_INPUT_IN_PLACE_OP_TYPES, VIEW_OP_TYPES
+from schemas.graph_rewrite import VIEW_OP_TYPES
+from schemas.plan import IN_PLACE_OP_TYPES, SINGLE_INPUT_IN_PLACE_OP_TYPES
 
-# The plan contract names the ops (schemas.plan): views write nothing (ONNX Runtime registers them
-# with an output aliasing input 0 and skips the copy when the addresses are equal); the in-place
-# ops read element i of every input before writing element i of the output (ONNX Runtime declares
-# most of them `MayInplace`; tests/runtime/test_in_place_kernels.py proves each one bit-exact with
-# the output bound on the input's bytes).
+# The plan contract names the ops (schemas.plan; the views in schemas.graph_rewrite, which our
+# graph rewrites share): views write nothing (ONNX Runtime registers them with an output aliasing
+# input 0 and skips the copy when the addresses are equal); the in-place ops read element i of
+# every input before writing element i of the output (ONNX Runtime declares most of them
+# `MayInplace`; tests/runtime/test_in_place_kernels.py proves each one bit-exact with the output
+# bound on the input's bytes).
 VIEW_OPS = VIEW_OP_TYPES
 IN_PLACE_OPS = IN_PLACE_OP_TYPES
 SINGLE_INPUT_IN_PLACE_OPS = SINGLE_INPUT_IN_PLACE_OP_TYPES

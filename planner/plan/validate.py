@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from planner.ir.graph import Graph
 from planner.layout import Buffer, Layout, check_layout
 from planner.plan.live import range_curves, storage_ranges
+from schemas.graph_rewrite import VIEW_OP_TYPES
 from schemas.plan import (
     IN_PLACE_OP_TYPES,
     PLAN_SCHEMA_VERSION,
     SINGLE_INPUT_IN_PLACE_OP_TYPES,
-    VIEW_OP_TYPES,
     BufferSpec,
     ComputeStep,
     CopyStep,

@@ -144,13 +144,13 @@ def test_the_fused_ops_are_profiled_on_the_cpu():
 
 
 def test_a_plan_under_budget_pressure_runs_within_tolerance(tmp_path, capsys):
-    """cnn_bn_momentum's basic rewrite at 85% of its keep-everything arena: recomputation
-    planned on the optimized graph's costs. (80% was the figure until ordering's floor and
-    exporter-order ties shrank that arena to 369 KB: 80% of it is below the 303.6 KB the
-    planner meets, before this session's changes too.)"""
+    """cnn_bn_momentum's basic rewrite at 95% of its keep-everything arena: recomputation
+    planned on the optimized graph's costs. (80%, then 85% was the figure until ordering's
+    floor, exporter-order ties and the late recomputation of BatchNorm outputs
+    (schemas.late_recompute) shrank that arena to 255,680 B; the planner meets 239,232 B.)"""
     full = optimized_plan("cnn_bn_momentum", "basic").devices[0].arena_bytes
     plan = plan_model(model_path("cnn_bn_momentum"), PlanRequest(
-        budgets={"cpu": int(full * 0.85)}, time_limit_s=5, graph_optimization="basic"))
+        budgets={"cpu": int(full * 0.95)}, time_limit_s=5, graph_optimization="basic"))
     assert any(s.kind == "compute" and s.recompute for s in plan.steps)
     path = tmp_path / "plan.json"
     path.write_text(plan.model_dump_json())

@@ -22,13 +22,18 @@ ROWS, WIDTH = 64, 64  # 16 KiB values
 CHAIN = 12  # matrix products standing for the rest of the forward and the backward
 
 
-def gelu_like_model(late_reads: str = "tanh", chain: int = CHAIN, op: str = "Tanh") -> bytes:
+def gelu_like_model(late_reads: str = "tanh", chain: int = CHAIN, op: str = "Tanh",
+                    view: bool = False) -> bytes:
     """`s = 1 + op(x)` read by the forward's product `x * s`, then, after CHAIN matrix products
     on that product, by the backward's `g * s`, followed by `* late_reads` (`tanh`: op(x), as
-    GPT-2-small's GELU backward reads its tanh; `x`: the input; `none`: nothing held)."""
+    GPT-2-small's GELU backward reads its tanh; `x`: the input; `none`: nothing held). With
+    `view`, both products read `s` through a Reshape, as a weight gradient reads a GELU's
+    output."""
     nodes = [helper.make_node(op, ["x"], ["t"]),
-             helper.make_node("Add", ["t", "one"], ["s"]),
-             helper.make_node("Mul", ["x", "s"], ["back0"])]
+             helper.make_node("Add", ["t", "one"], ["s0" if view else "s"])]
+    if view:
+        nodes.append(helper.make_node("Reshape", ["s0", "shape"], ["s"]))
+    nodes.append(helper.make_node("Mul", ["x", "s"], ["back0"]))
     for k in range(chain):
         nodes.append(helper.make_node("MatMul", [f"back{k}", "w"], [f"back{k + 1}"]))
     nodes.append(helper.make_node("Mul", [f"back{chain}", "s"], ["g"]))
@@ -42,7 +47,8 @@ def gelu_like_model(late_reads: str = "tanh", chain: int = CHAIN, op: str = "Tan
         [helper.make_tensor_value_info("x", F, [ROWS, WIDTH]),
          helper.make_tensor_value_info("w", F, [WIDTH, WIDTH])],
         [helper.make_tensor_value_info("grad", F, [ROWS, WIDTH])],
-        [numpy_helper.from_array(np.ones((1,), np.float32), "one")])
+        [numpy_helper.from_array(np.ones((1,), np.float32), "one"),
+         numpy_helper.from_array(np.array([ROWS, WIDTH], np.int64), "shape")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     return onnx.shape_inference.infer_shapes(model).SerializeToString()
 
@@ -66,13 +72,14 @@ def copies(model: bytes) -> list[onnx.NodeProto]:
             if n.name.endswith("/LateRecompute")]
 
 
-@pytest.mark.parametrize(("late_reads", "copied"), [
-    ("tanh", ["Add"]),  # the tanh is held for the backward: only the sum is made again
-    ("x", ["Tanh", "Add"]),  # only the input is held: the tanh is made again too
+@pytest.mark.parametrize(("late_reads", "view", "copied"), [
+    ("tanh", False, ["Add"]),  # the tanh is held for the backward: only the sum is made again
+    ("x", False, ["Tanh", "Add"]),  # only the input is held: the tanh is made again too
+    ("tanh", True, ["Add", "Reshape"]),  # read through a view: the view is made again too
 ])
 def test_a_sum_read_again_in_the_backward_is_made_again_there(
-        tmp_path: Path, late_reads: str, copied: list[str]) -> None:
-    before = gelu_like_model(late_reads)
+        tmp_path: Path, late_reads: str, view: bool, copied: list[str]) -> None:
+    before = gelu_like_model(late_reads, view=view)
     after = recompute_for_late_readers(before)
     assert [n.op_type for n in copies(after)] == copied
     nodes = list(onnx.load_from_string(after).graph.node)

@@ -248,6 +248,7 @@ def test_eviction_never_recomputes_from_a_state_already_updated():
         assert in_place_updates(graph, candidate.schedule) == expected
 
 
+@pytest.mark.usefixtures("without_late_recompute")
 def test_an_input_the_order_still_reads_does_not_cap_a_recomputation():
     """A recomputation may read an input made from states already updated when the order
     itself still reads that input then: it is resident, as it was made. On GPT-2-tiny with
@@ -269,6 +270,7 @@ def test_an_input_the_order_still_reads_does_not_cap_a_recomputation():
     assert in_place_updates(graph, evicted.schedule) == in_place_updates(graph, keep.schedule)
 
 
+@pytest.mark.usefixtures("without_late_recompute")
 def test_eviction_drops_backward_values_when_forward_ones_are_not_enough():
     """On ResNet-CIFAR (BatchNorm, momentum) at persistent + half its activation bytes, the
     order's backward phase holds transposed gradients for dozens of steps: evicting forward
@@ -286,6 +288,7 @@ def test_eviction_drops_backward_values_when_forward_ones_are_not_enough():
     assert recomputed & (anywhere - forward)
 
 
+@pytest.mark.usefixtures("without_late_recompute")
 def test_deferred_order_lets_forward_eviction_fit_and_is_searched():
     """The same case in the deferred order (each transpose right before the convolution that
     reads it): evicting forward values alone fits, at a lower step time than any schedule of
@@ -397,6 +400,7 @@ def test_an_order_the_crossing_bound_rules_out_hands_over_to_another():
     assert handed.best is not None and handed.stats.peaks["cpu"] <= 15
 
 
+@pytest.mark.usefixtures("without_late_recompute")
 def test_backward_eviction_in_the_chosen_order_comes_before_other_orders():
     """GPT-2-tiny at persistent + 40% of its activations: no order's forward eviction fits, the
     chosen order's backward eviction does (at 45% forward eviction fits since each weight's
