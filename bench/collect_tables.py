@@ -33,12 +33,18 @@ EXTRA = [
     ("Memory: plans at the issue-13 targets (0.8x PyTorch eager, 0.5x ONNX Runtime) as a "
      "budget, with recomputation where needed (issue 13)", "memory/targets.md",
      "bench.memory.run_target_bench"),
+    ("Memory: what the late recomputation of cheap values saves and costs in the "
+     "keep-everything plan (issue 13)", "memory/late_recompute.md",
+     "bench.memory.late_recompute_cost"),
     ("Runtime: the real planner's plans at 100%, 50% and the minimum budget vs ONNX Runtime "
      "(issue 6)", "runtime/remat_check.md", "bench.runtime.check_remat_plans"),
     ("Runtime: plans of ONNX Runtime's optimized graph vs its default session (issue 16)",
      "runtime/optimized_graphs.md", "bench.runtime.optimized_graphs"),
     ("Rematerialization at persistent + 50% / 30% of the activation bytes, whole request "
      "timed, plans run (issue 14)", "remat/budgets.md", "bench.remat.run_budget_bench"),
+    ("Rematerialization at the same budgets in bytes as before the late recomputation of "
+     "cheap values moved the keep-everything arena (issue 14)", "remat/same_bytes.md",
+     "bench.remat.run_budget_bench --budgets-of EARLIER.json"),
     ("Rematerialization on small graphs vs the proven optimum (issue 14)", "remat/small.md",
      "bench.remat.run_small_bench"),
     ("Time limits kept: whole requests on the shapes that overran them (issue 14)",

@@ -10,8 +10,11 @@ of the calling thread's CPU time, which load on this shared machine does not inf
 wall time) is compared with the plan's prediction, and the measured overhead with the predicted one.
 
     .venv/bin/python -m bench.remat.run_budget_bench [--models a,b] [--time-limit S] [--steps N]
+        [--budgets-of EARLIER.json]
 
-writes bench/remat/budgets.json and budgets.md.
+writes bench/remat/budgets.json and budgets.md; with --budgets-of, the rows at that earlier
+run's budgets in bytes (after a change that moved the keep-everything arenas the shares are of),
+in same_bytes.json and same_bytes.md.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,7 +130,9 @@ def plan_at(keep: KeepEverything, budget: int, time_limit: float, steps: int, tm
     return row
 
 
-def bench_model(name: str, time_limit: float, steps: int, tmp: Path) -> dict:
+def bench_model(name: str, time_limit: float, steps: int, tmp: Path,
+                fixed: Mapping[str, int] | None = None) -> dict:
+    """The model's rows at each share's budget, or at the budgets `fixed` names per share."""
     keep = keep_everything(name, tmp)
     device = keep.plan.devices[0]
     persistent, arena = device.persistent_bytes, device.arena_bytes
@@ -134,8 +140,9 @@ def bench_model(name: str, time_limit: float, steps: int, tmp: Path) -> dict:
              "keep_arena_bytes": arena, "keep_predicted_s": keep.plan.predicted_seconds,
              "budgets": {}}
     for share in SHARES:
-        budget = int(persistent + share * (arena - persistent))
-        entry["budgets"][f"{int(share * 100)}%"] = plan_at(keep, budget, time_limit, steps, tmp)
+        label = f"{int(share * 100)}%"
+        budget = fixed[label] if fixed else int(persistent + share * (arena - persistent))
+        entry["budgets"][label] = plan_at(keep, budget, time_limit, steps, tmp)
     return entry
 
 
@@ -181,7 +188,9 @@ def markdown(results: dict) -> str:
         f"{results['machine']}; time limit {results['time_limit_s']:g} s per request (2 CP-SAT "
         "workers), graphs as the CLI plans them (ONNX Runtime's extended rewrites), CPU "
         "profile (quick policy, measured in the run). Budget = persistent bytes + 50% / 30% "
-        "of the keep-everything arena's other bytes. *wall*: our whole request (order, remat, "
+        "of the keep-everything arena's other bytes"
+        + (f" as measured in {results['budgets_of']}, the same bytes" if results.get(
+            "budgets_of") else "") + ". *wall*: our whole request (order, remat, "
         "layout, validation; target <= 63 s). *overhead*: predicted step time / "
         "keep-everything's (targets <= 1.15 at 50%, <= 1.35 at 30%). *gap*: to the lower "
         "bound the plan reports (crossing "
@@ -236,22 +245,31 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--merge", action="store_true",
-                        help="replace only these models in an existing budgets.json")
+                        help="replace only these models in an existing results file")
+    parser.add_argument("--budgets-of", type=Path, metavar="JSON",
+                        help="plan at the budgets in bytes of this earlier budgets.json (the "
+                             "same bytes after a change that moved the keep-everything arena) "
+                             "and write same_bytes.json and .md")
     args = parser.parse_args()
-    out = HERE / "budgets.json"
+    stem = "same_bytes" if args.budgets_of else "budgets"
+    out = HERE / f"{stem}.json"
+    earlier = ({e["model"]: {label: row["budget_bytes"] for label, row in e["budgets"].items()}
+                for e in json.loads(args.budgets_of.read_text())["models"]}
+               if args.budgets_of else {})
     results = {"machine": f"{platform.machine()}, {platform.platform()}",
-               "time_limit_s": args.time_limit, "models": []}
+               "time_limit_s": args.time_limit, "models": [],
+               "budgets_of": str(args.budgets_of) if args.budgets_of else None}
     if args.merge and out.exists():
         results["models"] = json.loads(out.read_text())["models"]
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             print(f"bench {name}", flush=True)
-            entry = bench_model(name, args.time_limit, args.steps, Path(tmp))
+            entry = bench_model(name, args.time_limit, args.steps, Path(tmp), earlier.get(name))
             kept = [e for e in results["models"] if e["model"] != name]
             results["models"] = sorted([*kept, entry], key=lambda e: MODELS.index(e["model"])
                                        if e["model"] in MODELS else len(MODELS))
             out.write_text(json.dumps(results, indent=1))
-            (HERE / "budgets.md").write_text(markdown(results))
+            (HERE / f"{stem}.md").write_text(markdown(results))
     print(markdown(results))
 
 
