@@ -13,8 +13,9 @@ The same holds for a value a weight gradient reads through a view: GPT-2's GELU 
 b`, its centred input and scale held for the LayerNorm's backward), read by the next matrix
 product in the forward and by that product's weight gradient in the backward; a BatchNorm's
 ReLU output the same way. Made again from what is held, they take 9-23% off the keep-everything
-peak of GPT-2-tiny, ResNet-CIFAR, ResNet-18-narrow, UNet-Adam and BERT-small, for 1.4-5.6% more
-predicted step time (bench/memory). PyTorch's compiled partitioner makes the same choice: it
+arena of GPT-2-tiny, BERT-small, UNet-small, ResNet-18-narrow, UNet-Adam and ResNet-CIFAR and
+4-6% off four more models, for 0.4-5.4% more predicted step time, measured 0.98-1.04x
+(bench/memory/late_recompute.md). PyTorch's compiled partitioner makes the same choice: it
 recomputes pointwise ops whose inputs are saved anyway. This is no rematerialization decision:
 the copies free bytes in every order and cost a few passes over the value, so the graph the
 planner and the runtime see has them; recomputation that trades more time for memory stays the
