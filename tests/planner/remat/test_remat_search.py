@@ -356,6 +356,7 @@ def test_the_fill_pass_takes_the_fastest_of_each_family_first():
 
 
 @pytest.mark.slow  # 15-35 s: `make test` stays under 10 min on 2 cores
+@pytest.mark.usefixtures("without_late_recompute")
 def test_a_stage_model_schedule_replays_within_the_memory_the_model_counted():
     """GPT-2-tiny's graph outputs views of activations it also saves for the backward pass: a
     read of a view needs its root's bytes. The model counted such a read as one of a free value
