@@ -17,9 +17,11 @@ arena of GPT-2-tiny, BERT-small, UNet-small, ResNet-18-narrow, UNet-Adam and Res
 4-6% off four more models, for 0.4-5.4% more predicted step time, measured 0.98-1.04x
 (bench/memory/late_recompute.md). PyTorch's compiled partitioner makes the same choice: it
 recomputes pointwise ops whose inputs are saved anyway. This is no rematerialization decision:
-the copies free bytes in every order and cost a few passes over the value, so the graph the
-planner and the runtime see has them; recomputation that trades more time for memory stays the
-remat search's choice.
+the copies free bytes in the graph's own order (another order may free their inputs earlier:
+with the max-pool index idiom kept, cnn_bn's best quick order peaks higher; on every default
+graph of the bench the keep-everything arena fell or stayed) and cost a few passes over the
+value, so the graph the planner and the runtime see has them; recomputation that trades more
+time for memory stays the remat search's choice.
 
 Matched: a standard-domain node of ELEMENTWISE or a view (schemas.graph_rewrite.VIEW_OP_TYPES)
 with one output of static shape of at least MIN_BYTES, not a graph output, whose readers in graph
