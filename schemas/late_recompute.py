@@ -26,12 +26,17 @@ time for memory stays the remat search's choice.
 Matched: a standard-domain node of ELEMENTWISE or a view (schemas.graph_rewrite.VIEW_OP_TYPES)
 with one output of static shape of at least MIN_BYTES, not a graph output, whose readers in graph
 order leave a gap of more than GAP_SHARE of the nodes (and MIN_GAP) after some reader (the late
-readers are those after the first such gap). Its chain (_chain) is it and, for each input not
-held at the first late reader anyway (an initializer, or a value some node reads there or
-later), the chain of that input's node: at most MAX_CHAIN nodes besides views (which cost
-nothing), all of ELEMENTWISE or views, none already copied. The copies run right before the
-first late reader, reading only values held there anyway; their results are bit-identical to
-the originals.
+readers are those after the first such gap). Candidates are taken by their first late reader,
+earliest first. A candidate's chain (_chain) is it and, for each input not held at the copies'
+place anyway (an initializer, a value some node or copy reads there or later, or a copy made
+earlier and read there or later) nor small (at most 1/SMALLER of the value's bytes, then held up
+to the copies), the chain of that input's node: at most MAX_CHAIN nodes besides views (which
+cost nothing), all of ELEMENTWISE or views, none already copied. The copies' place is the first
+late reader or, when what they need is no longer held there, the latest of the NEAR nodes
+before it where it is. The chain then grows (_grown) into the cheap nodes that make its held
+inputs while it stays within MAX_CHAIN, and every reader at or after the copies' place of a
+value the chain makes reads the copy, so the originals are freed after the forward. The copies'
+results are bit-identical to the originals.
 """
 
 from __future__ import annotations
@@ -57,6 +62,15 @@ MAX_CHAIN = 8
 GAP_SHARE = 0.1
 # ... and of more than this many nodes in any graph (in a small one, a tenth is a few nodes).
 MIN_GAP = 8
+# The copies may run up to this many nodes (and half the gap) before the first late reader, where
+# what they are made from is still held: GPT-2-small's attention probabilities after dropout are
+# read by the backward's value-gradient product 8-11 nodes after the softmax backward last reads
+# the probabilities and the dropout mask.
+NEAR = 16
+# A chain may also read a value not held anyway that has at most 1/SMALLER of the bytes of the
+# value it makes, which is then held in its place: a dropout's boolean mask (1 byte an element)
+# instead of the float mask made from it (4), as PyTorch's dropout saves its mask.
+SMALLER = 4
 
 
 def recompute_for_late_readers(data: bytes) -> bytes:
@@ -68,11 +82,7 @@ def recompute_for_late_readers(data: bytes) -> bytes:
     graph = model.graph
     index = GraphIndex(graph)
     gap = max(GAP_SHARE * len(graph.node), MIN_GAP)
-    # Outputs of copied nodes: a chain through one is not copied again (its late readers read
-    # the first copy, and a second copy would hold the original up to them again).
-    matched: set[str] = set()
-    copies: dict[int, list[onnx.NodeProto]] = {}  # first late reader -> the copies before it
-    renamed: dict[int, dict[str, str]] = {}  # late reader -> {original value: its copy}
+    candidates = []  # (first late reader, node)
     for k, node in enumerate(graph.node):
         if not _cheap(node):
             continue
@@ -81,31 +91,90 @@ def recompute_for_late_readers(data: bytes) -> bytes:
         if size is None or size < MIN_BYTES or out in index.outputs:
             continue
         late = _late_readers(index.readers(out), gap)
-        chain = _chain(index, k, late[0], matched) if late else None
-        if chain is None:
+        if late:
+            candidates.append((late[0], k))
+    reads = _Reads(index)
+    # Outputs of copied nodes: a chain through one is not copied again (its late readers read
+    # the first copy, and a second copy would hold the original up to them again).
+    matched: set[str] = set()
+    copies: dict[int, list[onnx.NodeProto]] = {}  # position -> the copies made right before it
+    renamed: dict[int, dict[str, str]] = {}  # late reader -> {original value: its copy}
+    near = min(NEAR, gap / 2)
+    for first, k in sorted(candidates):
+        if graph.node[k].output[0] in matched:
+            continue  # made again by an earlier chain, which its late readers read already
+        # The latest place, from the first late reader back to `near` nodes before it, where the
+        # value can be made from what is held there.
+        placed = next(((p, c) for p in range(first, int(first - near) - 1, -1)
+                       if (c := _chain(index, reads, k, p, matched)) is not None), None)
+        if placed is None:
             continue
+        position, chain = placed
+        chain = _grown(index, reads, chain, position, matched)
         names: dict[str, str] = {}
         for j in chain:
             copy = onnx.NodeProto()
             copy.CopyFrom(graph.node[j])
             copy.name = f"{copy.name or copy.output[0]}/LateRecompute"
             for i, name in enumerate(copy.input):
-                copy.input[i] = names.get(name, name)
+                if name in names:
+                    copy.input[i] = names[name]
+                elif name:
+                    copy.input[i] = reads.held_form(name, position)
+                    reads.copy_reads(copy.input[i], position)
             names[copy.output[0]] = copy.output[0] = f"{copy.output[0]}/late"
-            matched.add(graph.node[j].output[0])
-            copies.setdefault(late[0], []).append(copy)
-        for reader in late:
-            renamed.setdefault(reader, {})[out] = names[out]
+            copies.setdefault(position, []).append(copy)
+        for original, copied in names.items():
+            matched.add(original)
+            for reader in reads.move_late_readers(original, copied, position):
+                renamed.setdefault(reader, {})[original] = copied
     if not copies:
         return data
     replaced: dict[int, tuple[onnx.NodeProto, ...]] = {}
-    for reader, by_name in renamed.items():
+    for k in copies.keys() | renamed.keys():
         node = onnx.NodeProto()
-        node.CopyFrom(graph.node[reader])
+        node.CopyFrom(graph.node[k])
+        by_name = renamed.get(k, {})
         for i, name in enumerate(node.input):
             node.input[i] = by_name.get(name, name)
-        replaced[reader] = (*copies.get(reader, ()), node)
+        replaced[k] = (*copies.get(k, ()), node)
     return splice(model, replaced, ())
+
+
+class _Reads:
+    """Where each value is last read as the rewrite goes: a late reader moved to a copy no longer
+    holds the original, and a copy holds its inputs up to its place."""
+
+    def __init__(self, index: GraphIndex):
+        self._index = index
+        self._moved: dict[str, set[int]] = {}  # value -> its readers that read a copy now
+        self._by_copies: dict[str, int] = {}  # value -> the last place a copy reads it
+        # value -> (its copy, where the copy is made, the copy's last reader)
+        self._copies: dict[str, tuple[str, int, int]] = {}
+
+    def last(self, name: str) -> int:
+        moved = self._moved.get(name, set())
+        kept = [k for k in self._index.readers(name) if k not in moved]
+        return max(kept + [self._by_copies.get(name, -1)])
+
+    def held_form(self, name: str, position: int) -> str:
+        """What a copy at `position` reads for `name`: its own copy when the original is no
+        longer held there but the copy is (the dropout mask made again for the softmax's
+        backward, read again by the value gradient's product right after)."""
+        if self.last(name) >= position or name not in self._copies:
+            return name
+        copy, made, last = self._copies[name]
+        return copy if made <= position <= max(last, self._by_copies.get(copy, -1)) else name
+
+    def copy_reads(self, name: str, position: int) -> None:
+        self._by_copies[name] = max(self._by_copies.get(name, -1), position)
+
+    def move_late_readers(self, name: str, copy: str, position: int) -> list[int]:
+        """`name`'s readers at or after `position`, which from now on read `copy`, made there."""
+        late = [k for k in self._index.readers(name) if k >= position]
+        self._moved.setdefault(name, set()).update(late)
+        self._copies[name] = (copy, position, max(late, default=position))
+        return late
 
 
 def _cheap(node: onnx.NodeProto) -> bool:
@@ -121,13 +190,15 @@ def _late_readers(readers: list[int], gap: float) -> list[int]:
     return []
 
 
-def _chain(index: GraphIndex, node: int, position: int, matched: set[str]) -> list[int] | None:
+def _chain(index: GraphIndex, reads: _Reads, node: int, position: int, matched: set[str]
+           ) -> list[int] | None:
     """The nodes, in graph order, that compute `node`'s output again at `position` from values
     held there anyway (_alive_at); None when that takes a node not cheap, one already copied, or
     more than MAX_CHAIN nodes."""
     chain: set[int] = set()
     passes = 0  # the chain's nodes that are no views
     pending = [node]
+    small = (index.nbytes(index.graph.node[node].output[0]) or 0) // SMALLER
     while pending:
         k = pending.pop()
         if k in chain:
@@ -137,8 +208,10 @@ def _chain(index: GraphIndex, node: int, position: int, matched: set[str]) -> li
         if passes > MAX_CHAIN:
             return None
         for name in index.graph.node[k].input:
-            if not name or _alive_at(index, name, position):
+            if not name or _alive_at(index, reads, name, position):
                 continue
+            if name not in matched and (index.nbytes(name) or small + 1) <= small:
+                continue  # held up to the copy instead: it costs a fraction of the value
             producer = index.producer.get(name)
             if name in matched or producer is None or not _cheap(index.graph.node[producer]):
                 return None
@@ -146,9 +219,43 @@ def _chain(index: GraphIndex, node: int, position: int, matched: set[str]) -> li
     return sorted(chain)
 
 
-def _alive_at(index: GraphIndex, name: str, position: int) -> bool:
+def _grown(index: GraphIndex, reads: _Reads, chain: list[int], position: int, matched: set[str]
+           ) -> list[int]:
+    """`chain` with the chains of its cheap inputs added while it stays within MAX_CHAIN: an input
+    held at `position` only for late readers of its own is then made again too, and those
+    readers read its copy, so the original is freed after the forward (GPT-2's GELU: its output
+    is made from `0.5 * x` and `1 + tanh(...)`, both held for the GELU's backward, and with them
+    the whole GELU is made again from x, as PyTorch's GELU backward does)."""
+    nodes = set(chain)
+    grown = True
+    while grown:
+        grown = False
+        made = {out for k in nodes for out in index.graph.node[k].output}
+        for k in sorted(nodes):
+            for name in index.graph.node[k].input:
+                producer = index.producer.get(name)
+                if name in made or name in matched or producer is None or \
+                        not _cheap(index.graph.node[producer]) or \
+                        (index.nbytes(name) or 0) < MIN_BYTES:
+                    continue  # a small one (a BatchNorm's scale) frees too little for its node
+                more = _chain(index, reads, producer, position, matched)
+                if more is not None and _passes(index, nodes | set(more)) <= MAX_CHAIN:
+                    nodes |= set(more)
+                    grown = True
+                    break
+            if grown:
+                break
+    return sorted(nodes)
+
+
+def _passes(index: GraphIndex, nodes: set[int]) -> int:
+    """Passes over a value that computing `nodes` takes (views take none)."""
+    return sum(index.graph.node[k].op_type not in VIEW_OP_TYPES for k in nodes)
+
+
+def _alive_at(index: GraphIndex, reads: _Reads, name: str, position: int) -> bool:
     """Whether `name` is held at `position` anyway: an initializer (a constant), or read by a node
     at or after `position` (a graph input too: a batch's data may be freed after its last read,
     and a state's last read is its update at the end of the step)."""
-    readers = index.readers(name)
-    return name in index.initializers or bool(readers) and readers[-1] >= position
+    return name in index.initializers or reads.last(name) >= position or \
+        reads.held_form(name, position) != name
