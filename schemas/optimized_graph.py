@@ -89,6 +89,11 @@ class OptimizedGraph(BaseModel):
     onnxruntime_version: str = Field(description="the ONNX Runtime that wrote the graph")
     sha256: str = Field(
         description="sha256 of the optimized model bytes; the plan's op ids index its nodes")
+    late_recompute: bool = Field(
+        default=True,
+        description="whether cheap values read again in the backward are made again there "
+                    "(schemas.late_recompute) instead of held; false in a plan whose budget "
+                    "holds them")
 
 
 def providers_for(devices: Sequence[str]) -> list[str]:
@@ -109,9 +114,9 @@ def onnxruntime_version() -> str:
 
 
 def optimized_model(data: bytes, level: Literal["basic", "extended"], providers: Sequence[str],
-                    dims: Mapping[str, int] | None = None) -> bytes:
+                    dims: Mapping[str, int] | None = None, late_recompute: bool = True) -> bytes:
     """The model bytes ONNX Runtime runs after its `level` rewrites for `providers` (and ours:
-    the module doc).
+    the module doc; schemas.late_recompute's last, and only with `late_recompute`).
 
     Symbolic dims are bound first (as free-dimension overrides), so that shape-dependent
     rewrites see the shapes the plan is made for. Deterministic for one ONNX Runtime version.
@@ -143,10 +148,16 @@ def optimized_model(data: bytes, level: Literal["basic", "extended"], providers:
                 "the graph for it")
         written = path.read_bytes()
     rewrites = (_without_copy_nodes, fuse_sgd_updates, split_late_addends,
-                fuse_cross_entropy_gradients, fold_pool_offsets, recompute_for_late_readers)
+                fuse_cross_entropy_gradients, fold_pool_offsets)
     for rewrite in rewrites:
         written = rewrite(written)
-    return written
+    return with_late_copies(written) if late_recompute else written
+
+
+def with_late_copies(held: bytes) -> bytes:
+    """The optimized graph from the same graph without schemas.late_recompute's copies (the
+    last of our rewrites): one ONNX Runtime rewrite gives both."""
+    return recompute_for_late_readers(held)
 
 
 def rebuild(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int] | None) -> bytes:
@@ -154,7 +165,8 @@ def rebuild(data: bytes, recorded: OptimizedGraph, dims: Mapping[str, int] | Non
     and the runtime's one check. A rewrite this ONNX Runtime cannot make, or one into another
     graph, raises GraphOptimizationError naming both ONNX Runtime versions (the graph also
     changes with our own rewrites, so with the arenaplan that made the plan)."""
-    data_out = optimized_model(data, recorded.level, recorded.providers, dims)
+    data_out = optimized_model(data, recorded.level, recorded.providers, dims,
+                               recorded.late_recompute)
     digest = hashlib.sha256(data_out).hexdigest()
     if digest != recorded.sha256:
         raise GraphOptimizationError(

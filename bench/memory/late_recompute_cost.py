@@ -6,10 +6,12 @@ The rewrite makes cheap elementwise values (GELU, LayerNorm and BatchNorm output
 their backward readers instead of holding them, so the keep-everything plan itself recomputes:
 its arena is smaller and its step does a few more elementwise passes. For each model as the CLI
 plans it (ONNX Runtime's extended rewrite), the keep-everything plan of the graph with and
-without the rewrite, each planned in a process of its own with a cache dir of its own (the
-rewrites' cache knows their source, not a function replaced at run time): the arena, the
-predicted step and the copies' share of it, and both plans' steps run interleaved in one
-process (median thread CPU time, 1 thread). Writes late_recompute.json and late_recompute.md.
+without the rewrite (`load_graph(late_recompute=...)`; the plan records which, and the runtime
+rebuilds that graph), each planned in a process of its own: the arena, the predicted step and
+the copies' share of it, and both plans' steps run interleaved in one process (median thread
+CPU time, 1 thread). Writes late_recompute.json and late_recompute.md. An ample budget gets the
+plan without the copies (planner.pipeline); this bench says what the copies cost where a budget
+needs them.
 """
 
 from __future__ import annotations
@@ -33,20 +35,12 @@ COPY_SUFFIX = "/LateRecompute"  # schemas.late_recompute names its copies so
 SIDES = ("without", "with")
 
 
-def _unchanged(data: bytes) -> bytes:
-    """Stands in for schemas.late_recompute.recompute_for_late_readers on the side without."""
-    return data
-
-
 def plan_side(name: str, side: str, tmp: Path) -> None:
     """Worker: the keep-everything plan of one side, written to tmp; its figures printed."""
     from bench.remat.run_budget_bench import keep_everything
-    from schemas import optimized_graph
 
-    if side == "without":
-        optimized_graph.recompute_for_late_readers = _unchanged
     (tmp / side).mkdir(parents=True, exist_ok=True)
-    keep = keep_everything(name, tmp / side)
+    keep = keep_everything(name, tmp / side, late_recompute=side == "with")
     copies = {op.id for op in keep.graph.ops if op.name.endswith(COPY_SUFFIX)}
     seconds = {p.op_id: p.costs["cpu"].median_seconds for p in keep.profile.ops}
     print(json.dumps({
@@ -58,17 +52,14 @@ def plan_side(name: str, side: str, tmp: Path) -> None:
 
 
 def run_both(name: str, plans: dict[str, str], steps: int) -> None:
-    """Worker: both plans' steps interleaved; each side's executor is built with its rewrite."""
+    """Worker: both plans' steps interleaved."""
     from bench.remat.run_budget_bench import model_file
     from runtime.executor import PlanExecutor
     from runtime.inputs import generated_inputs
-    from schemas import optimized_graph
     from schemas.plan import Plan
 
-    rewrite = optimized_graph.recompute_for_late_readers
     runners = {}
-    for side in SIDES:
-        optimized_graph.recompute_for_late_readers = rewrite if side == "with" else _unchanged
+    for side in SIDES:  # each executor rebuilds the graph its plan records
         plan = Plan.model_validate_json(Path(plans[side]).read_text())
         runners[side] = PlanExecutor(str(model_file(name)), plan)
         runners[side].load_inputs(generated_inputs(plan))
@@ -82,18 +73,15 @@ def run_both(name: str, plans: dict[str, str], steps: int) -> None:
     print(json.dumps({f"step_{side}_s": statistics.median(cpu[side]) for side in SIDES}))
 
 
-def _worker(*args: str, cache: Path | None = None) -> dict:
+def _worker(*args: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if cache is not None:
-        env["ARENAPLAN_CACHE_DIR"] = str(cache)
     out = subprocess.run([sys.executable, "-m", "bench.memory.late_recompute_cost", *args],
                          capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def bench_model(name: str, steps: int, tmp: Path) -> dict:
-    sides = {side: _worker("--plan-side", name, side, str(tmp), cache=tmp / f"cache-{side}")
-             for side in SIDES}
+    sides = {side: _worker("--plan-side", name, side, str(tmp)) for side in SIDES}
     ran = _worker("--run-both", name, sides["without"]["plan"], sides["with"]["plan"],
                   str(steps))
     return {"model": name, **{side: {k: v for k, v in figures.items() if k != "plan"}

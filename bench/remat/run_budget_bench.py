@@ -60,7 +60,9 @@ def model_file(name: str) -> Path:
 @dataclass(frozen=True)
 class KeepEverything:
     """A model as the CLI plans it, its CPU profile and its keep-everything plan (saved at
-    `plan_path` for the runtime), which every budget's plan is compared with."""
+    `plan_path` for the runtime). Of the graph without schemas.late_recompute's copies (the plan
+    an ample budget gets), it is what every budget's plan is compared with; of the graph with
+    them, the graph and profile the budgets are planned with."""
 
     name: str
     path: Path
@@ -71,9 +73,9 @@ class KeepEverything:
     reference_s: float  # the host's reference kernel right after profiling (host_reference_s)
 
 
-def keep_everything(name: str, tmp: Path) -> KeepEverything:
+def keep_everything(name: str, tmp: Path, late_recompute: bool = True) -> KeepEverything:
     path = model_file(name)
-    graph = load_graph(path, optimization=LEVEL)
+    graph = load_graph(path, optimization=LEVEL, late_recompute=late_recompute)
     # Measured now, not from the profile cache: this shared host's speed drifts by 1.2-1.5x
     # between days (UNet-small's per-op sum, same rules: 3.6 ms cached, 5.4 ms two days later),
     # and the prediction is compared with a step measured now.
@@ -82,7 +84,7 @@ def keep_everything(name: str, tmp: Path) -> KeepEverything:
     everything = sum(t.nbytes for t in graph.tensors) * 2
     keep = plan_graph(graph, PlanRequest(budgets={"cpu": everything}, profile=profile,
                                          time_limit_s=30, graph_optimization=LEVEL))
-    keep_path = tmp / f"{name}.keep.json"
+    keep_path = tmp / f"{name}.keep{'' if late_recompute else '.held'}.json"
     keep_path.write_text(keep.model_dump_json())
     return KeepEverything(name, path, graph, profile, keep, keep_path, reference)
 
@@ -95,17 +97,18 @@ def host_reference_s() -> float:
     return matmul_seconds(Device("cpu", 0), 1, REFERENCE_N)
 
 
-def plan_at(keep: KeepEverything, budget: int, time_limit: float, steps: int, tmp: Path
-            ) -> dict:
-    """Our whole request at `budget` bytes, timed; the plan run beside the keep-everything plan
-    (see measure); a refusal's status and smallest feasible budget instead."""
-    request = PlanRequest(budgets={"cpu": budget}, profile=keep.profile, time_limit_s=time_limit,
-                          workers=2, graph_optimization=LEVEL)
+def plan_at(planned: KeepEverything, keep: KeepEverything, budget: int, time_limit: float,
+            steps: int, tmp: Path) -> dict:
+    """Our whole request for `planned`'s graph at `budget` bytes, timed; the plan run beside
+    `keep`'s keep-everything plan (see measure); a refusal's status and smallest feasible
+    budget instead."""
+    request = PlanRequest(budgets={"cpu": budget}, profile=planned.profile,
+                          time_limit_s=time_limit, workers=2, graph_optimization=LEVEL)
     load = os.getloadavg()[0]
     started = time.perf_counter()
     row: dict = {"budget_bytes": budget, "load": round(load, 1)}
     try:
-        plan = plan_graph(keep.graph, request)
+        plan = plan_graph(planned.graph, request)
     except InfeasibleError as exc:
         row.update(wall_s=round(time.perf_counter() - started, 2), status="INFEASIBLE"
                    if exc.is_lower_bound else "UNKNOWN",
@@ -132,17 +135,20 @@ def plan_at(keep: KeepEverything, budget: int, time_limit: float, steps: int, tm
 
 def bench_model(name: str, time_limit: float, steps: int, tmp: Path,
                 fixed: Mapping[str, int] | None = None) -> dict:
-    """The model's rows at each share's budget, or at the budgets `fixed` names per share."""
-    keep = keep_everything(name, tmp)
+    """The model's rows at each share's budget, or at the budgets `fixed` names per share: the
+    shares are of the keep-everything plan an ample budget gets (no recomputation at all), the
+    budgets planned on the graph with the late copies (what a smaller budget gets)."""
+    keep = keep_everything(name, tmp, late_recompute=False)
+    planned = keep_everything(name, tmp)
     device = keep.plan.devices[0]
     persistent, arena = device.persistent_bytes, device.arena_bytes
-    entry = {"model": name, "ops": len(keep.graph.ops), "persistent_bytes": persistent,
+    entry = {"model": name, "ops": len(planned.graph.ops), "persistent_bytes": persistent,
              "keep_arena_bytes": arena, "keep_predicted_s": keep.plan.predicted_seconds,
              "budgets": {}}
     for share in SHARES:
         label = f"{int(share * 100)}%"
         budget = fixed[label] if fixed else int(persistent + share * (arena - persistent))
-        entry["budgets"][label] = plan_at(keep, budget, time_limit, steps, tmp)
+        entry["budgets"][label] = plan_at(planned, keep, budget, time_limit, steps, tmp)
     return entry
 
 
@@ -188,7 +194,9 @@ def markdown(results: dict) -> str:
         f"{results['machine']}; time limit {results['time_limit_s']:g} s per request (2 CP-SAT "
         "workers), graphs as the CLI plans them (ONNX Runtime's extended rewrites), CPU "
         "profile (quick policy, measured in the run). Budget = persistent bytes + 50% / 30% "
-        "of the keep-everything arena's other bytes"
+        "of the other bytes of the keep-everything arena an ample budget gets (the graph "
+        "without schemas.late_recompute's copies, no recomputation at all; the budgets are "
+        "planned on the graph with them, as the CLI does below that arena)"
         + (f" as measured in {results['budgets_of']}, the same bytes" if results.get(
             "budgets_of") else "") + ". *wall*: our whole request (order, remat, "
         "layout, validation; target <= 63 s). *overhead*: predicted step time / "

@@ -166,19 +166,20 @@ class Graph:
 
 
 def load_graph(model: str | Path | bytes | ModelProto, dims: Mapping[str, int] | None = None,
-               optimization: GraphOptimization = "disable", devices: Sequence[str] = ("cpu",)
-               ) -> Graph:
+               optimization: GraphOptimization = "disable", devices: Sequence[str] = ("cpu",),
+               late_recompute: bool = True) -> Graph:
     """Load an ONNX model (path, bytes or ModelProto) into the IR, binding symbolic `dims`.
 
     With `optimization` on, the IR is the graph ONNX Runtime rewrites the (checked) model into
-    for the providers of `devices` (planner.ir.optimized); `model_sha256` stays the model's.
+    for the providers of `devices` (planner.ir.optimized; with schemas.late_recompute's copies
+    unless `late_recompute` is off); `model_sha256` stays the model's.
     """
     data = model.SerializeToString() if isinstance(model, ModelProto) else read_model_bytes(model)
     if optimization == "disable":
         loaded = load_checked_model(data, dims)
         return _build(loaded.proto, loaded.sha256, loaded.opset)
-    return _beside_rewrite(data, dims, lambda: optimize_for_request(data, optimization, devices,
-                                                                    dims or {}))
+    return _beside_rewrite(data, dims, lambda: optimize_for_request(
+        data, optimization, devices, dims or {}, late_recompute))
 
 
 def load_plan_graph(model: str | Path | bytes | ModelProto, plan: Plan) -> Graph:

@@ -30,9 +30,10 @@ from schemas.optimized_graph import (
 
 
 def optimize_for_request(data: bytes, level: Literal["basic", "extended"],
-                         devices: Sequence[str], dims: Mapping[str, int]
-                         ) -> tuple[bytes, OptimizedGraph]:
-    """The optimized graph for the devices' providers, and what the plan records of it.
+                         devices: Sequence[str], dims: Mapping[str, int],
+                         late_recompute: bool = True) -> tuple[bytes, OptimizedGraph]:
+    """The optimized graph for the devices' providers, and what the plan records of it
+    (`late_recompute`: with schemas.late_recompute's copies).
 
     Basic rewrites run before ONNX Runtime splits the graph between providers, so they are the
     same for every device: a request for a GPU this machine's ONNX Runtime cannot start gets
@@ -40,15 +41,17 @@ def optimize_for_request(data: bytes, level: Literal["basic", "extended"],
     """
     providers = providers_for(devices)
     try:
-        data_out = cached_optimized_model(data, level, providers, dims)
+        data_out = cached_optimized_model(data, level, providers, dims,
+                                          late_recompute=late_recompute)
     except GraphOptimizationError as exc:
         if providers == [CPU_PROVIDER]:
             raise OptimizedGraphError(f"{exc}; plan with graph optimization 'disable'") from None
         level, providers = "basic", [CPU_PROVIDER]
-        data_out = cached_optimized_model(data, level, providers, dims)
+        data_out = cached_optimized_model(data, level, providers, dims,
+                                          late_recompute=late_recompute)
     return data_out, OptimizedGraph(
         level=level, providers=providers, onnxruntime_version=onnxruntime_version(),
-        sha256=hashlib.sha256(data_out).hexdigest(),
+        sha256=hashlib.sha256(data_out).hexdigest(), late_recompute=late_recompute,
     )
 
 

@@ -33,7 +33,7 @@ import schemas.optimized_graph
 import schemas.pool_offsets
 import schemas.update_fusion
 from planner.cache_dir import cache_dir, prune_oldest, write_whole
-from schemas.optimized_graph import onnxruntime_version, optimized_model
+from schemas.optimized_graph import onnxruntime_version, optimized_model, with_late_copies
 
 DIRECTORY_NAME = "optimized-graphs"
 MAX_ENTRY_BYTES = 64 * 2**20
@@ -47,26 +47,30 @@ _REWRITE_MODULES = (schemas.optimized_graph, schemas.graph_rewrite, schemas.upda
 
 def cached_optimized_model(data: bytes, level: Literal["basic", "extended"],
                            providers: Sequence[str], dims: Mapping[str, int] | None = None,
-                           directory: Path | None = None) -> bytes:
-    """optimized_model(data, level, providers, dims), from the cache in `directory` (arenaplan's
-    cache dir by default) when it holds it, else made and kept there."""
+                           directory: Path | None = None, late_recompute: bool = True) -> bytes:
+    """optimized_model(data, level, providers, dims, late_recompute), from the cache in
+    `directory` (arenaplan's cache dir by default) when it holds it, else made and kept there,
+    with and without the late copies (one ONNX Runtime rewrite makes both: the planner asks for
+    the graph without them when its keep-everything plan may fit the budget)."""
     folder = (directory or cache_dir()) / DIRECTORY_NAME
-    key = entry_key(data, level, providers, dims or {})
-    found = _read(folder, key)
+    found = _read(folder, entry_key(data, level, providers, dims or {}, late_recompute))
     if found is not None:
         return found
-    made = optimized_model(data, level, providers, dims)
-    if len(made) <= MAX_ENTRY_BYTES:
-        with contextlib.suppress(OSError):
-            _write(folder, key, made)
-            prune_oldest(folder, f"*{SUFFIX}", MAX_TOTAL_BYTES)
-    return made
+    held = optimized_model(data, level, providers, dims, late_recompute=False)
+    made = {False: held, True: with_late_copies(held)}
+    for copies, written in made.items():
+        if len(written) <= MAX_ENTRY_BYTES:
+            with contextlib.suppress(OSError):
+                _write(folder, entry_key(data, level, providers, dims or {}, copies), written)
+                prune_oldest(folder, f"*{SUFFIX}", MAX_TOTAL_BYTES)
+    return made[late_recompute]
 
 
-def entry_key(data: bytes, level: str, providers: Sequence[str], dims: Mapping[str, int]
-              ) -> str:
+def entry_key(data: bytes, level: str, providers: Sequence[str], dims: Mapping[str, int],
+              late_recompute: bool = True) -> str:
     text = json.dumps([hashlib.sha256(data).hexdigest(), level, list(providers),
-                       sorted(dims.items()), onnxruntime_version(), _rewrites_digest()])
+                       sorted(dims.items()), late_recompute, onnxruntime_version(),
+                       _rewrites_digest()])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -80,7 +80,14 @@ def plan_model_costed(
     with fewer_collections():
         graph = load_graph(model, dims=request.dims, optimization=request.graph_optimization,
                            devices=list(request.budgets))
-        return plan_graph_costed(graph, request, progress=progress, started=started)
+
+        def held() -> Graph:
+            return load_graph(model, dims=request.dims, devices=list(request.budgets),
+                              optimization=request.graph_optimization, late_recompute=False)
+
+        late_copies = graph.optimized is not None and graph.optimized.late_recompute
+        return plan_graph_costed(graph, request, progress=progress, started=started,
+                                 held=held if late_copies else None)
 
 
 def plan_graph(graph: Graph, request: PlanRequest, *,
@@ -89,20 +96,22 @@ def plan_graph(graph: Graph, request: PlanRequest, *,
 
 
 def plan_graph_costed(graph: Graph, request: PlanRequest, *,
-                      progress: ProgressCallback | None = None, started: float | None = None
-                      ) -> Costed:
+                      progress: ProgressCallback | None = None, started: float | None = None,
+                      held: Callable[[], Graph] | None = None) -> Costed:
     """`started`: when the request's clock started (perf_counter), if before this call (the
-    graph's loading counts against the limit too); now by default."""
+    graph's loading counts against the limit too); now by default. `held`: the same graph
+    without schemas.late_recompute's copies, planned instead when its keep-everything plan fits
+    the one budget (the copies then cost time and save nothing the budget needs)."""
     try:
         with fewer_collections():
             return _plan_graph_costed(graph, request, progress,
-                                      time.perf_counter() if started is None else started)
+                                      time.perf_counter() if started is None else started, held)
     finally:
         forget_last_replay()  # the request's walks are not kept beyond it
 
 
-def _plan_graph_costed(graph: Graph, request: PlanRequest,
-                       progress: ProgressCallback | None, started: float) -> Costed:
+def _plan_graph_costed(graph: Graph, request: PlanRequest, progress: ProgressCallback | None,
+                       started: float, held: Callable[[], Graph] | None) -> Costed:
     # the phases share the limit less what building and validating the plan will take
     clock = TimeBudget.for_graph(request.time_limit_s, len(graph.ops), len(graph.tensors),
                                  started=started)
@@ -117,6 +126,11 @@ def _plan_graph_costed(graph: Graph, request: PlanRequest,
     budget = request.budgets[devices[0]] if single else None
     maybe_fits = budget is not None and budget >= MAY_FIT * quick.peak_bytes
     plan_id = compute_plan_id(graph.model_sha256, request, PLANNER_VERSION)
+    if held is not None and budget is not None and budget >= quick.peak_bytes and \
+            request.profile is None:
+        kept = _keep_everything_if_it_fits(held(), request, plan_id, clock, notify)
+        if kept is not None:
+            return kept
     keep_all_arena: int | None = None
     # Ordering stops as soon as an order's peak is within the budget (keeping everything then
     # fits but for fragmentation); only when the layout still overshoots does it go on. Its
@@ -150,6 +164,20 @@ def _plan_graph_costed(graph: Graph, request: PlanRequest,
                        o for o in (quick.order, *quick.alternatives) if o != order.order)))
     plan = _validated(graph, fit.plan(notify).plan, profile, notify, clock)
     return Costed(plan, profile if request.profile is None else None)
+
+
+def _keep_everything_if_it_fits(graph: Graph, request: PlanRequest, plan_id: str,
+                                clock: TimeBudget, notify: ProgressCallback) -> Costed | None:
+    """`graph`'s keep-everything plan on its quick order when it fits the one budget, else None
+    (the caller plans its own graph then: the quick orders are its only cost)."""
+    budget = next(iter(request.budgets.values()))
+    order = optimize_order(graph, use_solver=False, time_limit=clock.order(maybe_fits=False))
+    if order.peak_bytes > budget:
+        return None
+    built = _keep_everything(graph, request, order, plan_id, clock, True, notify)
+    if built.plan.devices[0].arena_bytes > budget:
+        return None
+    return Costed(_validated(graph, built.plan, None, notify, clock), None)
 
 
 def _keep_everything(graph: Graph, request: PlanRequest, order: OrderResult, plan_id: str,
