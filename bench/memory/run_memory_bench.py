@@ -23,7 +23,10 @@ bench/models/ on first use, not committed), one model at a time:
   bench/memory/floor.py: live bytes no order avoids without recomputing; ordering's bound), the
   order phase's gap against it, and the keep-everything arena and floor of the graph
   `arenaplan plan` plans by default, ONNX Runtime's extended rewrite (the graph its default
-  session runs too).
+  session runs too) with schemas.late_recompute's copies: the smallest arena with no
+  recomputation chosen by the remat search, which every budget from it up to the
+  keep-everything arena of the graph without the copies gets (an ampler budget gets the
+  graph without them).
 
 Reruns are cheap: the before figures are cached in bench/memory/before.json and the torch and
 ONNX Runtime peaks in results.json, both by the model's sha256 (and time limits), so a rerun
@@ -335,7 +338,9 @@ def why_table(rows: list[dict]) -> list[str]:
         "ordering's lower bound; the arena may sit above it by fragmentation and "
         "by the order) of the model as sent, and the keep-everything arena and floor of the "
         "graph `arenaplan plan` plans by default (ONNX Runtime's extended rewrite, which its "
-        "default session runs too: transposes folded into fused matrix products). A floor above "
+        "default session runs too: transposes folded into fused matrix products; with "
+        "schemas.late_recompute's copies, which every budget from that arena up to the "
+        "keep-everything arena of the graph without them gets). A floor above "
         f"{TARGETS['torch']}x torch means that target needs recomputation (or a graph that "
         "keeps fewer values). The order gap is the keep-everything plan's order phase against "
         "its reported bound (the floor: ordering's lower bound).",

@@ -99,9 +99,12 @@ def host_reference_s() -> float:
 
 def plan_at(planned: KeepEverything, keep: KeepEverything, budget: int, time_limit: float,
             steps: int, tmp: Path) -> dict:
-    """Our whole request for `planned`'s graph at `budget` bytes, timed; the plan run beside
-    `keep`'s keep-everything plan (see measure); a refusal's status and smallest feasible
-    budget instead."""
+    """Our whole request at `budget` bytes, timed: for `keep`'s graph when its keep-everything
+    plan fits (as the CLI chooses), else for `planned`'s; the plan run beside `keep`'s
+    keep-everything plan (see measure); a refusal's status and smallest feasible budget
+    instead."""
+    if budget >= keep.plan.devices[0].arena_bytes:
+        planned = keep
     request = PlanRequest(budgets={"cpu": budget}, profile=planned.profile,
                           time_limit_s=time_limit, workers=2, graph_optimization=LEVEL)
     load = os.getloadavg()[0]
