@@ -42,9 +42,6 @@ EXTRA = [
      "runtime/optimized_graphs.md", "bench.runtime.optimized_graphs"),
     ("Rematerialization at persistent + 50% / 30% of the activation bytes, whole request "
      "timed, plans run (issue 14)", "remat/budgets.md", "bench.remat.run_budget_bench"),
-    ("Rematerialization at the same budgets in bytes as before the late recomputation of "
-     "cheap values moved the keep-everything arena (issue 14)", "remat/same_bytes.md",
-     "bench.remat.run_budget_bench --budgets-of EARLIER.json"),
     ("Rematerialization on small graphs vs the proven optimum (issue 14)", "remat/small.md",
      "bench.remat.run_small_bench"),
     ("Time limits kept: whole requests on the shapes that overran them (issue 14)",

@@ -3,24 +3,26 @@ value is read in the forward and again in the backward, and what it is computed 
 then anyway, the backward's readers get a copy of the elementwise nodes that make it, placed
 right before them.
 
-Why: GPT-2-small's GELU (`0.5 * x * (1 + tanh(...))`, written out in the model) has its
-`1 + tanh(...)` read by the forward's product and again by the backward, which also reads the
-`tanh(...)` itself: the exported step holds both from the forward to the backward, 6 MB each
-in each of its 12 blocks. With the sum computed again from the held tanh, the keep-everything
-order's peak drops from 2,286.8 to 2,217.5 MB (-3.0%), and so does the floor no order can beat.
-The same holds for a value a weight gradient reads through a view: GPT-2's GELU output
-(`gelu(x)`, its input x held for the GELU's own backward) and a LayerNorm's output (`xhat * w +
-b`, its centred input and scale held for the LayerNorm's backward), read by the next matrix
-product in the forward and by that product's weight gradient in the backward; a BatchNorm's
-ReLU output the same way. Made again from what is held, they take 9-23% off the keep-everything
-arena of GPT-2-tiny, BERT-small, UNet-small, ResNet-18-narrow, UNet-Adam and ResNet-CIFAR and
-4-6% off four more models, for 0.4-5.4% more predicted step time, measured 0.98-1.04x
-(bench/memory/late_recompute.md). PyTorch's compiled partitioner makes the same choice: it
-recomputes pointwise ops whose inputs are saved anyway. This is no rematerialization decision:
-the copies free bytes in the graph's own order (another order may free their inputs earlier:
-with the max-pool index idiom kept, cnn_bn's best quick order peaks higher; on every default
-graph of the bench the keep-everything arena fell or stayed) and cost a few passes over the
-value, so the graph the planner and the runtime see has them; recomputation that trades more
+Why: GPT-2-small's GELU (`0.5 * x * (1 + tanh(c * (x + 0.044715 * x^3)))`, written out in the
+model) is read in the forward and again in the backward: its output by the next matrix product
+and by that product's weight gradient, its sum, its tanh and its `0.5 * x` by the GELU's own
+backward. The exported step holds all four from the forward to the backward, 6 MB each in each of
+its 12 blocks, where PyTorch's GELU backward holds only x; with this rewrite the whole GELU is
+made again from x, which the backward reads anyway. The same holds for LayerNorm outputs
+(`xhat * w + b`, from the centred input and scale held for the LayerNorm's backward) and
+BatchNorm(-ReLU) outputs read again by a weight gradient through a view, for attention
+probabilities after dropout (from the probabilities and the mask, held for the softmax's
+backward), and for dropout's float masks (from their boolean, a quarter of the bytes, held in
+their place, as PyTorch's dropout saves its mask). Made again late, they take 4-23% off the
+keep-everything arena of 10 of the 12 bench models (GPT-2-small 2,298.8 -> 1,895.1 MB, -17.6%;
+BERT-small -13.1%), for 0.7-5.4% more predicted step time (1.1% on GPT-2-small), measured
+0.95-1.04x on 11 models and 1.10x on MobileNetV2 (bench/memory/late_recompute.md). PyTorch's
+compiled partitioner makes the same choice: it recomputes pointwise ops whose inputs are saved
+anyway. The copies free bytes in the graph's own order (another order may free their inputs
+earlier: with the max-pool index idiom kept, cnn_bn's best quick order peaks higher; on every
+default graph of the bench the keep-everything arena fell or stayed) and cost a few passes over
+each value, so they are a graph the planner may choose: a budget that holds the keep-everything
+plan of the graph without them gets that plan (planner.pipeline); recomputation that trades more
 time for memory stays the remat search's choice.
 
 Matched: a standard-domain node of ELEMENTWISE or a view (schemas.graph_rewrite.VIEW_OP_TYPES)
@@ -227,25 +229,27 @@ def _grown(index: GraphIndex, reads: _Reads, chain: list[int], position: int, ma
     is made from `0.5 * x` and `1 + tanh(...)`, both held for the GELU's backward, and with them
     the whole GELU is made again from x, as PyTorch's GELU backward does)."""
     nodes = set(chain)
-    grown = True
-    while grown:
-        grown = False
-        made = {out for k in nodes for out in index.graph.node[k].output}
-        for k in sorted(nodes):
-            for name in index.graph.node[k].input:
-                producer = index.producer.get(name)
-                if name in made or name in matched or producer is None or \
-                        not _cheap(index.graph.node[producer]) or \
-                        (index.nbytes(name) or 0) < MIN_BYTES:
-                    continue  # a small one (a BatchNorm's scale) frees too little for its node
-                more = _chain(index, reads, producer, position, matched)
-                if more is not None and _passes(index, nodes | set(more)) <= MAX_CHAIN:
-                    nodes |= set(more)
-                    grown = True
-                    break
-            if grown:
-                break
+    while (more := _growth(index, reads, nodes, position, matched)) is not None:
+        nodes |= more
     return sorted(nodes)
+
+
+def _growth(index: GraphIndex, reads: _Reads, nodes: set[int], position: int,
+            matched: set[str]) -> set[int] | None:
+    """The chain of the first input of `nodes` made by a cheap node that fits within MAX_CHAIN
+    with them, or None."""
+    made = {out for k in nodes for out in index.graph.node[k].output}
+    for k in sorted(nodes):
+        for name in index.graph.node[k].input:
+            producer = index.producer.get(name)
+            if name in made or name in matched or producer is None or \
+                    not _cheap(index.graph.node[producer]) or \
+                    (index.nbytes(name) or 0) < MIN_BYTES:
+                continue  # a small one (a BatchNorm's scale) frees too little for its node
+            more = _chain(index, reads, producer, position, matched)
+            if more is not None and _passes(index, nodes | set(more)) <= MAX_CHAIN:
+                return set(more)
+    return None
 
 
 def _passes(index: GraphIndex, nodes: set[int]) -> int:

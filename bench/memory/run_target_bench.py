@@ -45,8 +45,8 @@ def bench_model(row: dict, time_limit: float, steps: int, tmp: Path) -> dict:
              "ort_peak": row["ort"].get("peak"), "budget_bytes": budget}
     if budget is None:
         return {**entry, "error": "no PyTorch or ONNX Runtime peak in results.json"}
-    keep = keep_everything(row["model"], tmp, late_recompute=False)
     planned = keep_everything(row["model"], tmp)
+    keep = keep_everything(row["model"], tmp, late_recompute=False, costs_of=planned)
     entry.update(ops=len(planned.graph.ops), keep_arena_bytes=keep.plan.devices[0].arena_bytes,
                  keep_predicted_s=keep.plan.predicted_seconds,
                  copies_arena_bytes=planned.plan.devices[0].arena_bytes)

@@ -73,20 +73,35 @@ class KeepEverything:
     reference_s: float  # the host's reference kernel right after profiling (host_reference_s)
 
 
-def keep_everything(name: str, tmp: Path, late_recompute: bool = True) -> KeepEverything:
+def keep_everything(name: str, tmp: Path, late_recompute: bool = True,
+                    costs_of: KeepEverything | None = None) -> KeepEverything:
+    """`costs_of`: the graph with the late copies, whose profile prices this graph's ops (the
+    same ops but the copies), so that the two plans' predictions compare on one measurement."""
     path = model_file(name)
     graph = load_graph(path, optimization=LEVEL, late_recompute=late_recompute)
-    # Measured now, not from the profile cache: this shared host's speed drifts by 1.2-1.5x
-    # between days (UNet-small's per-op sum, same rules: 3.6 ms cached, 5.4 ms two days later),
-    # and the prediction is compared with a step measured now.
-    profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY, cache=None)
-    reference = host_reference_s()
+    if costs_of is not None:
+        profile, reference = same_ops(costs_of.profile, graph), costs_of.reference_s
+    else:
+        # Measured now, not from the profile cache: this shared host's speed drifts by 1.2-1.5x
+        # between days (UNet-small's per-op sum, same rules: 3.6 ms cached, 5.4 ms two days
+        # later), and the prediction is compared with a step measured now.
+        profile = profile_graph(graph, ["cpu"], policy=QUICK_POLICY, cache=None)
+        reference = host_reference_s()
     everything = sum(t.nbytes for t in graph.tensors) * 2
     keep = plan_graph(graph, PlanRequest(budgets={"cpu": everything}, profile=profile,
                                          time_limit_s=30, graph_optimization=LEVEL))
     keep_path = tmp / f"{name}.keep{'' if late_recompute else '.held'}.json"
     keep_path.write_text(keep.model_dump_json())
     return KeepEverything(name, path, graph, profile, keep, keep_path, reference)
+
+
+def same_ops(profile: Profile, graph: Graph) -> Profile:
+    """`profile`'s costs for `graph`'s ops, found by name (profiles measured minutes apart on
+    this shared host differ by up to 1.6x: two profiles made two plans of the same ops look
+    0.67-1.61x apart)."""
+    by_name = {entry.name: entry for entry in profile.ops}
+    return profile.model_copy(update={"ops": [
+        by_name[op.name].model_copy(update={"op_id": op.id}) for op in graph.ops]})
 
 
 def host_reference_s() -> float:
@@ -141,8 +156,8 @@ def bench_model(name: str, time_limit: float, steps: int, tmp: Path,
     """The model's rows at each share's budget, or at the budgets `fixed` names per share: the
     shares are of the keep-everything plan an ample budget gets (no recomputation at all), the
     budgets planned on the graph with the late copies (what a smaller budget gets)."""
-    keep = keep_everything(name, tmp, late_recompute=False)
     planned = keep_everything(name, tmp)
+    keep = keep_everything(name, tmp, late_recompute=False, costs_of=planned)
     device = keep.plan.devices[0]
     persistent, arena = device.persistent_bytes, device.arena_bytes
     entry = {"model": name, "ops": len(planned.graph.ops), "persistent_bytes": persistent,
