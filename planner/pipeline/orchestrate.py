@@ -169,7 +169,8 @@ def _plan_graph_costed(graph: Graph, request: PlanRequest, progress: ProgressCal
 def _keep_everything_if_it_fits(graph: Graph, request: PlanRequest, plan_id: str,
                                 clock: TimeBudget, notify: ProgressCallback) -> Costed | None:
     """`graph`'s keep-everything plan on its quick order when it fits the one budget, else None
-    (the caller plans its own graph then: the quick orders are its only cost)."""
+    (the caller then plans its own graph on the same clock: a refusal here costs the quick
+    orders, and one layout when their peak fits)."""
     budget = next(iter(request.budgets.values()))
     order = optimize_order(graph, use_solver=False, time_limit=clock.order(maybe_fits=False))
     if order.peak_bytes > budget:
