@@ -5,13 +5,13 @@
   graph with every intermediate exposed) at its planned offset, and bytes no buffer covers must
   still be 0xFF (nothing writes outside its slice).
 - Bindings: onnxruntime's output values after a step sit at the planned arena addresses.
-- Flat memory: after a warm-up step, further steps do not raise the process's peak RSS, and
-  allocate no Python/numpy memory.
+- Flat memory: after two warm-up steps, further steps do not raise the peak RSS of a fresh
+  `arenaplan run --strict-memory` process, and allocate no Python/numpy memory.
 """
 
 from __future__ import annotations
 
-import gc
+import json
 import tracemalloc
 from functools import cache
 
@@ -28,6 +28,7 @@ from runtime.segments import CopyUnit, Segment
 from schemas.plan import ComputeStep, CopyStep
 from tests.support.fixture_zoo import FIXTURE_DIR, model_path
 from tests.support.runtime_plans import full_budget_plan, recompute_plan, two_device_plan
+from tests.support.service import cli
 
 POISON = 0xFF
 
@@ -157,20 +158,26 @@ def test_onnxruntime_outputs_are_the_arena_slices(fuse):
     assert all(planned == actual for _, planned, actual in pointers)
 
 
-def test_steps_do_not_grow_peak_memory():
+def test_steps_do_not_grow_peak_memory(tmp_path):
+    """Measured as `arenaplan run --strict-memory` measures it: in a fresh process with glibc's
+    malloc thresholds pinned. In the test process the peak depends on what earlier tests left
+    (other threads, a raised mmap threshold keeping freed scratch resident: once +5 MB at the
+    sixth step in CI), which says nothing about the steps."""
     name = "resnet_cifar"  # the fixture with the largest arena (~6.6 MB)
-    executor = poisoned_executor(name, full_budget_plan(name), fuse=True)
-    arena = sum(executor.arena_bytes.values())
-    executor.step()
-    executor.step()
-    gc.collect()
-    memory = PeakGrowth.start()
-    if not memory.reset_ok:
+    plan = full_budget_plan(name)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.model_dump_json())
+    done = cli("run", str(model_path(name)), "--plan", str(plan_file), "--inputs",
+               str(FIXTURE_DIR / f"{name}.inputs.npz"), "--steps", "10", "--strict-memory",
+               "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    if not report["memory"]["measured"]:
         pytest.skip("this OS does not let a process reset its peak RSS")
-    for _ in range(8):
-        executor.step()
-        memory.sample()
-    assert memory.growth < min(2 << 20, arena // 3), memory.peaks
+    arena = sum(report["arena_bytes"].values())
+    growth = [row["peak_rss_growth_bytes"] for row in report["steps"]]
+    warmed_up = max(growth[:2])
+    assert max(growth[2:]) - warmed_up < min(2 << 20, arena // 3), growth
     # the probe sees an allocation of the arena's size (a test that can fail)
     control = PeakGrowth.start()
     block = np.ones(arena, dtype=np.uint8)

@@ -40,6 +40,7 @@ from schemas.plan import ComputeStep, Plan
 from tests.support.fixture_zoo import inputs_path, model_path
 from tests.support.reference import reference_diffs
 from tests.support.runtime_plans import full_budget_plan
+from tests.support.service import cli
 
 NAME = "cnn_bn_momentum"
 REPO = Path(__file__).resolve().parents[2]
@@ -149,8 +150,7 @@ def test_host_scratch_stays_in_the_workspace_arena_from_step_to_step(tmp_path):
 
 
 def run_fresh(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "arenaplan", "run", *argv], cwd=REPO,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return cli("run", *argv, timeout=300)
 
 
 @pytest.mark.parametrize("name", ["cnn_bn_momentum", "resnet18_narrow"])
