@@ -39,6 +39,7 @@ from planner.pipeline import plan_graph
 from planner.profile import QUICK_POLICY, profile_graph
 from planner.profile.devices import Device
 from planner.profile.estimate import matmul_seconds
+from planner.profile.for_request import carried_over
 from planner.profile.host_speed import REFERENCE_N
 from schemas.plan import ComputeStep, Plan, PlanRequest
 from schemas.profile import Profile
@@ -80,7 +81,11 @@ def keep_everything(name: str, tmp: Path, late_recompute: bool = True,
     path = model_file(name)
     graph = load_graph(path, optimization=LEVEL, late_recompute=late_recompute)
     if costs_of is not None:
-        profile, reference = same_ops(costs_of.profile, graph), costs_of.reference_s
+        carried = carried_over(costs_of.profile, graph)
+        if carried is None:
+            raise SystemExit(f"{name}: the graph without the late copies has ops the graph with "
+                             "them lacks")
+        profile, reference = carried, costs_of.reference_s
     else:
         # Measured now, not from the profile cache: this shared host's speed drifts by 1.2-1.5x
         # between days (UNet-small's per-op sum, same rules: 3.6 ms cached, 5.4 ms two days
@@ -93,15 +98,6 @@ def keep_everything(name: str, tmp: Path, late_recompute: bool = True,
     keep_path = tmp / f"{name}.keep{'' if late_recompute else '.held'}.json"
     keep_path.write_text(keep.model_dump_json())
     return KeepEverything(name, path, graph, profile, keep, keep_path, reference)
-
-
-def same_ops(profile: Profile, graph: Graph) -> Profile:
-    """`profile`'s costs for `graph`'s ops, found by name (profiles measured minutes apart on
-    this shared host differ by up to 1.6x: two profiles made two plans of the same ops look
-    0.67-1.61x apart)."""
-    by_name = {entry.name: entry for entry in profile.ops}
-    return profile.model_copy(update={"ops": [
-        by_name[op.name].model_copy(update={"op_id": op.id}) for op in graph.ops]})
 
 
 def host_reference_s() -> float:

@@ -25,7 +25,7 @@ from planner.pipeline.infeasible import check_above_lower_bound
 from planner.plan.builder import BuiltPlan, build_plan
 from planner.plan.validate import validate_plan
 from planner.profile.costs import costs_from_profile
-from planner.profile.for_request import profile_for
+from planner.profile.for_request import carried_over, profile_for
 from planner.profile.graph_workspace import with_graph_workspace
 from planner.profile.workspace import with_workspace
 from planner.time_budget import TimeBudget
@@ -126,8 +126,7 @@ def _plan_graph_costed(graph: Graph, request: PlanRequest, progress: ProgressCal
     budget = request.budgets[devices[0]] if single else None
     maybe_fits = budget is not None and budget >= MAY_FIT * quick.peak_bytes
     plan_id = compute_plan_id(graph.model_sha256, request, PLANNER_VERSION)
-    if held is not None and budget is not None and budget >= quick.peak_bytes and \
-            request.profile is None:
+    if held is not None and budget is not None and budget >= quick.peak_bytes:
         kept = _keep_everything_if_it_fits(held(), request, plan_id, clock, notify)
         if kept is not None:
             return kept
@@ -170,7 +169,14 @@ def _keep_everything_if_it_fits(graph: Graph, request: PlanRequest, plan_id: str
                                 clock: TimeBudget, notify: ProgressCallback) -> Costed | None:
     """`graph`'s keep-everything plan on its quick order when it fits the one budget, else None
     (the caller then plans its own graph on the same clock: a refusal here costs the quick
-    orders, and one layout when their peak fits)."""
+    orders, and one layout when their peak fits). A profile the request carries (made for the
+    graph the caller plans) prices it, carried over by op name; None when it lacks one of
+    `graph`'s ops."""
+    profile = None
+    if request.profile is not None:
+        profile = carried_over(request.profile, graph)
+        if profile is None:
+            return None
     budget = next(iter(request.budgets.values()))
     order = optimize_order(graph, use_solver=False, time_limit=clock.order(maybe_fits=False))
     if order.peak_bytes > budget:
@@ -178,7 +184,7 @@ def _keep_everything_if_it_fits(graph: Graph, request: PlanRequest, plan_id: str
     built = _keep_everything(graph, request, order, plan_id, clock, True, notify)
     if built.plan.devices[0].arena_bytes > budget:
         return None
-    return Costed(_validated(graph, built.plan, None, notify, clock), None)
+    return Costed(_validated(graph, built.plan, profile, notify, clock), None)
 
 
 def _keep_everything(graph: Graph, request: PlanRequest, order: OrderResult, plan_id: str,

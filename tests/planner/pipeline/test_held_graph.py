@@ -2,7 +2,8 @@
 them. A budget that holds the keep-everything plan of the graph without the copies gets that
 plan (the copies would cost time and save bytes nobody asked for); a byte less gets the graph
 with the copies. Both plans are rebuilt by the runtime from their record and run bit-identical
-to ONNX Runtime."""
+to ONNX Runtime. A request carrying a profile (made for the graph with the copies) gets the same
+choice, the graph without them priced by that profile's costs of its ops."""
 
 from __future__ import annotations
 
@@ -13,17 +14,32 @@ from arenaplan.cli import main
 from planner.ir.graph import load_graph, load_plan_graph
 from planner.pipeline import plan_model
 from planner.plan.validate import validate_plan
+from planner.profile import QUICK_POLICY, profile_graph
+from planner.profile.for_request import carried_over
 from schemas.optimized_graph import OptimizedGraph
 from schemas.plan import Plan, PlanRequest
+from schemas.profile import Profile
 from tests.support.fixture_zoo import inputs_path, model_path
 
 MODEL = "gpt2_tiny_adam"
 
 
+def planned(budget: int, profile: Profile | None = None) -> Plan:
+    return plan_model(model_path(MODEL), PlanRequest(budgets={"cpu": budget}, time_limit_s=5,
+                                                     graph_optimization="extended",
+                                                     profile=profile))
+
+
 @cache
 def plan_at(budget: int) -> Plan:
-    return plan_model(model_path(MODEL), PlanRequest(budgets={"cpu": budget}, time_limit_s=5,
-                                                     graph_optimization="extended"))
+    return planned(budget)
+
+
+@cache
+def profile_with_copies() -> Profile:
+    """A profile of the graph the CLI plans (with the copies), as `arenaplan profile` makes."""
+    graph = load_graph(model_path(MODEL), optimization="extended")
+    return profile_graph(graph, ["cpu"], policy=QUICK_POLICY, cache=None)
 
 
 def ample() -> Plan:
@@ -69,3 +85,29 @@ def test_a_plan_recorded_before_the_choice_names_the_graph_with_the_copies():
     recorded = {"level": "extended", "providers": ["CPUExecutionProvider"],
                 "onnxruntime_version": "1.31.1", "sha256": "0" * 64}
     assert OptimizedGraph.model_validate(recorded).late_recompute
+
+
+def test_a_request_with_a_profile_gets_the_graph_without_the_copies_priced_by_it():
+    profile = profile_with_copies()
+    plan = planned(2**40, profile)
+    assert plan.optimized_graph is not None and not plan.optimized_graph.late_recompute
+    held = load_plan_graph(model_path(MODEL), plan)
+    carried = carried_over(profile, held)
+    assert carried is not None and len(carried.ops) == len(held.ops) < len(profile.ops)
+    report = validate_plan(held, plan, carried)
+    assert report.ok and report.predicted_seconds is not None
+    assert plan.predicted_seconds == report.predicted_seconds
+
+
+def test_a_profile_lacking_an_op_of_that_graph_plans_the_graph_with_the_copies():
+    held = load_graph(model_path(MODEL), optimization="extended", late_recompute=False)
+    profile = profile_with_copies()
+    renamed = [entry.model_copy(update={"name": "elsewhere"}) if entry.name == held.ops[0].name
+               else entry for entry in profile.ops]
+    other = profile.model_copy(update={"ops": renamed})
+    assert carried_over(other, held) is None
+    retyped = [entry.model_copy(update={"op_type": "Identity"})
+               if entry.name == held.ops[0].name else entry for entry in profile.ops]
+    assert carried_over(profile.model_copy(update={"ops": retyped}), held) is None
+    plan = planned(2**40, other)
+    assert plan.optimized_graph is not None and plan.optimized_graph.late_recompute
