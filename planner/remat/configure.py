@@ -163,9 +163,11 @@ def base_reductions(graph: Graph, home: str) -> list[Reduction]:
     sharing = state_updates(graph)
     if sharing.view_source or sharing.candidates:
         reductions.append(Reduction(
-            "storage sharing counted apart", False, "views and in-place writes other than "
-            "state updates are counted as bytes of their own; every schedule is replayed with "
-            "them (planner.memory.replay) before it is judged against the budgets"))
+            "storage sharing approximated", False, "with one device a view costs nothing and "
+            "an output written over an activation its one-op node frees takes that "
+            "activation's bytes; other in-place writes, and views with several devices, are "
+            "counted as bytes of their own; every schedule is replayed with them "
+            "(planner.memory.replay) before it is judged against the budgets"))
     return reductions
 
 

@@ -11,6 +11,9 @@ Deviations from the paper, each documented where it is made:
 - a copy occupies memory on its destination (the paper does not count it), may be kept there
   (eq. 11 extended), and is made from a device that computed (or preloaded) the value;
 - eq. 12 requires inputs on the computing device itself (computed, saved, or copied in);
+- in-place writes (not in the papers, whose nodes each write bytes of their own): while a node
+  runs, an output it may write over a value it frees there is credited that value's bytes (a
+  variable up to the output's units, at most the units freed, zero when the node does not run);
 - exact reductions: presolve of variables that every schedule must set to 1, one save variable
   per run of stages without an event for the value (keeping a value through stages that neither
   read, create nor copy it is only useful when it is kept to the next event), no recompute or
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 from planner.remat.linear import Expr
 from planner.remat.model import ONE, Entry, RematModel, SaveRow, add_entry
+from planner.remat.problem import Node
 
 
 def add_compute_variables(m: RematModel) -> None:
@@ -349,7 +353,8 @@ def add_stage_memory(m: RematModel) -> None:
                     step.add(dropped[i], -1)
                 add_entry(step, entry, made)
                 if last == 0:
-                    usage = running.copy().add(step)
+                    credit = _stage_in_place_credit(m, d, t, k, entry)
+                    usage = running.copy().add(step).add(credit, -1)
                     add_entry(usage, entry, node.workspace)
                     _limit(m, d, usage, seen)
                     continue
@@ -361,16 +366,42 @@ def add_stage_memory(m: RematModel) -> None:
                 if run is not None:
                     _limit(m, d, run, seen)
                     run = None
-                u = lm.new_int(f"U[{d},{t},{k}]", 0, m.budget_units[d])
+                # while k runs, an output written in place is counted beside the value it
+                # replaces (dropped after k), so U exceeds the usage row by up to the credit
+                in_place = sum(units for units, _ in node.in_place)
+                u = lm.new_int(f"U[{d},{t},{k}]", 0, m.budget_units[d] + in_place)
                 m.defs.append((u, running.copy()))
                 define = running.copy()
                 define.add_var(u, -1)
                 lm.add(define, 0, 0)
                 running = anchor = Expr(0, {u: 1})
-                usage = running.copy()
+                credit = _stage_in_place_credit(m, d, t, k, entry)
+                usage = running.copy().add(credit, -1)
                 add_entry(usage, entry, node.workspace)
                 _limit(m, d, usage, seen)
         m.stats[f"memory_rows[{d}]"] = len(seen)
+
+
+def _stage_in_place_credit(m: RematModel, d: str, t: int, k: int, entry: Entry) -> Expr:
+    """What node k's in-place outputs (Node.in_place) do not add while it runs in stage t of
+    the static-free model: a value k may overwrite is dropped after k when k is the last node
+    that may read it in the stage and it is not saved into the next, so its bytes go to the
+    output instead. A variable up to each output's units, at most the units of those dropped
+    values present, and nothing when k does not run."""
+    p = m.problem
+    credit = Expr()
+    for index, (units, options) in enumerate(p.nodes[k].in_place):
+        gone = Expr()
+        for v, size in options:
+            if p.last_reader_in_stage(v, d, t) == k:
+                leaving = m.available(d, t, v)
+                add_entry(leaving, m.s(d, t + 1, v), -1)
+                gone.add(leaving, size)
+        if gone.is_constant and gone.const <= 0:
+            continue
+        caps = [gone] if entry is ONE else [gone, Expr(0, {entry: units})]
+        credit.add(_credit(m, f"I[{d},{t},{k},{index}]", units, caps))
+    return credit
 
 
 def _stage_starts(m: RematModel, d: str) -> list[Expr]:
@@ -415,10 +446,8 @@ def add_memory_recurrence(m: RematModel) -> None:
             for index, k in enumerate(comps):
                 node, entry = p.nodes[k], m.R[(d, t, k)]
                 add_entry(running, entry, sum(p.values[v].size for v in node.values))
-                check = running.copy()
-                add_entry(check, entry, node.workspace)
-                _limit(m, d, check, seen)
                 later = comps[index + 1:]
+                frees: dict[int, Expr] = {}
                 for v in sorted(set(node.reads) | set(node.values)):
                     value = p.values[v]
                     if value.kind == "persistent" and d == p.home:
@@ -429,8 +458,44 @@ def add_memory_recurrence(m: RematModel) -> None:
                                  if j in value.consumers]
                     freed = _and(m, literals, f"F[{d},{t},{v},{k}]")
                     if freed is not None:
-                        running.add(freed, -value.size)
+                        frees[v] = freed
+                check = running.copy()
+                add_entry(check, entry, node.workspace)
+                for credit in _in_place_credits(m, node, frees, f"{d},{t},{k}"):
+                    check.add(credit, -1)
+                _limit(m, d, check, seen)
+                for v, freed in frees.items():
+                    running.add(freed, -p.values[v].size)
     m.stats["F"] = len(m.lm.ands) - ands_before
+
+
+def _in_place_credits(m: RematModel, node: Node, frees: dict[int, Expr], name: str
+                      ) -> list[Expr]:
+    """The bytes the node's in-place outputs do not add while it runs (Node.in_place): an
+    output written over a value this node frees takes that value's storage, as
+    planner.memory.replay writes it. One candidate: its free literal times its units; several:
+    a variable up to the output's units, at most the units of those freed."""
+    credits = []
+    for k, (units, options) in enumerate(node.in_place):
+        freed = [(frees[v], size) for v, size in options if v in frees]
+        if len(freed) == 1:
+            literal, size = freed[0]
+            credits.append(Expr().add(literal, min(size, units)))
+        elif freed:
+            gone = Expr()
+            for literal, size in freed:
+                gone.add(literal, size)
+            credits.append(_credit(m, f"I[{name},{k}]", units, [gone]))
+    return credits
+
+
+def _credit(m: RematModel, name: str, units: int, caps: list[Expr]) -> Expr:
+    """A variable from 0 to `units`, at most each of `caps` (recorded for hints)."""
+    var = m.lm.new_int(name, 0, units)
+    for cap in caps:
+        m.lm.add(Expr(0, {var: 1}).add(cap, -1), None, 0)
+    m.credits.append((var, caps))
+    return Expr(0, {var: 1})
 
 
 def _and(m: RematModel, literals: list[tuple[Entry | None, bool]], name: str) -> Expr | None:

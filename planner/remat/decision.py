@@ -127,6 +127,7 @@ def stage_peak(problem: RematProblem, device: str, t: int, positions: Sequence[i
             present[v] = present.get(v, 0) + 1
     running = p.base[device] + sum(p.values[v].size * n for v, n in start.items())
     drops: dict[int, int] = {}
+    lasts: dict[int, int] = {}  # dropped value -> the node after which it goes
     for v, n in present.items():
         gone = n - (v in kept)
         if gone > 0:
@@ -138,7 +139,9 @@ def stage_peak(problem: RematProblem, device: str, t: int, positions: Sequence[i
             else:
                 last = p.last_reader_in_stage(v, device, t)
             drops[last] = drops.get(last, 0) + gone * p.values[v].size
+            lasts[v] = last
     tiny = p.options.tiny_units if len(p.devices) == 1 and not actual else -1
+    credit = _in_place_credits(p, computed, present, kept, lasts)
     peak = 0
     pending = sorted(drops.items())
     i = 0
@@ -161,8 +164,23 @@ def stage_peak(problem: RematProblem, device: str, t: int, positions: Sequence[i
             peak = max(peak, run)
             run = None
         anchor = running
-        peak = max(peak, running + work)
+        peak = max(peak, running + work - credit.get(k, 0))
     return peak
+
+
+def _in_place_credits(p: RematProblem, computed: set[int], present: dict[int, int],
+                      kept: set[int], lasts: dict[int, int]) -> dict[int, int]:
+    """Units each computed node's in-place outputs do not add (constraints: the in-place
+    credit): the dropped values it may overwrite whose last reader it is, each output at most
+    its own units."""
+    credit: dict[int, int] = {}
+    for k in computed:
+        for units, options in p.nodes[k].in_place:
+            gone = sum(size for v, size in options
+                       if lasts.get(v) == k and present.get(v, 0) - (v in kept) > 0)
+            if gone:
+                credit[k] = credit.get(k, 0) + min(units, gone)
+    return credit
 
 
 def evaluate(problem: RematProblem, decision: Decision) -> Evaluation:
@@ -246,6 +264,9 @@ def hint_for(model: RematModel, decision: Decision) -> dict[int, int] | None:
                 values[entry] = 1
     for target, literals in lm.ands:
         values[target] = int(all(values[v] == (1 if positive else 0) for v, positive in literals))
+    for var, caps in model.credits:
+        lo, hi = lm.bounds[var]
+        values[var] = max(lo, min(hi, *(int(cap.value(values)) for cap in caps)))
     for var, expr in model.defs:
         lo, hi = lm.bounds[var]
         values[var] = min(max(int(expr.value(values)), lo), hi)

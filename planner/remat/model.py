@@ -75,6 +75,8 @@ class RematModel:
     copies_into: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
     peak: dict[str, int] = field(default_factory=dict)  # device -> peak variable ("peak" mode)
     defs: list[tuple[int, Expr]] = field(default_factory=list)  # aux var == expression
+    # in-place credits (constraints._credit): var <= each expression, as large as they allow
+    credits: list[tuple[int, list[Expr]]] = field(default_factory=list)
     infeasible: list[str] = field(default_factory=list)  # found while building
     stats: dict[str, int] = field(default_factory=dict)
 

@@ -16,10 +16,14 @@ nodes. Here:
   stay on the home device for the whole step and count against its budget (`base`); their in-place
   updates reuse their storage and cost nothing.
 - **storage sharing** (planner.memory.sharing): a view costs nothing, and its readers count as
-  readers of the bytes it views, which stay resident for them. Other in-place writes are counted
-  as bytes of their own (the model over-counts them), and a view kept while its source is
-  recomputed is not seen (it under-counts that): every schedule is replayed with the memory model
-  (planner.memory.replay) before it is judged against the budgets.
+  readers of the bytes it views, which stay resident for them. An output a one-op node may
+  write over an activation it reads (`Node.in_place`: same bytes, read under one shape) takes
+  that activation's bytes where the node frees it (the constraints' in-place credit): counted
+  as bytes of their own, such outputs made GPT-2-tiny's model at persistent + half its
+  activations infeasible while the replayed schedules fit. Other in-place writes (coarsened
+  nodes) are counted as bytes of their own (the model over-counts them), and a view kept while
+  its source is recomputed is not seen (it under-counts that): every schedule is replayed with
+  the memory model (planner.memory.replay) before it is judged against the budgets.
 - **home**: one designated device holds sources, constants, state and graph outputs; ops that
   write a graph output or an in-place state update are pinned there and run once.
 - **recomputation**: only ops of the forward phase (everything the order runs before the last
@@ -45,6 +49,7 @@ from functools import cached_property
 from typing import Literal
 
 from planner.errors import InvalidInputError
+from planner.ir.aliasing import SINGLE_INPUT_IN_PLACE_OPS
 from planner.ir.graph import Graph, Region, per_graph
 from planner.memory.liveness import aliases_in_order
 from planner.memory.sharing import state_updates
@@ -141,6 +146,9 @@ class Node:
     pinned: str | None
     recompute_stages: tuple[int, ...]  # stages > id where it may be recomputed
     unit: int | None = None  # recompute unit: its nodes are recomputed together
+    # Outputs it may write over a value it reads (`_in_place_options`): each output's units and
+    # the (value, units) whose bytes it may take when this node is their last reader.
+    in_place: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()
 
     def runs_on(self, device: str) -> bool:
         return device in self.cost and (self.pinned is None or self.pinned == device)
@@ -274,7 +282,8 @@ def build_problem(
         Node(id=index, ops=rec.ops, values=rec.values, reads=rec.reads, cost=rec.cost,
              workspace=rec.workspace, recomputable=rec.recomputable and bool(stages[index]),
              pinned=rec.pinned, recompute_stages=stages[index],
-             unit=recompute_units.unit_of.get(index))
+             unit=recompute_units.unit_of.get(index),
+             in_place=_in_place_options(grouping, rec, values, options.memory_unit))
         for index, rec in enumerate(records)
     )
     value_objs = tuple(_value(graph, costs, devices, options, vid, record, nodes)
@@ -468,6 +477,44 @@ def _reads_and_costs(grouping: _Grouping, index: int, rec: _NodeRecord, values: 
         )
     if not rec.cost:
         raise InvalidInputError(f"op {first} cannot run on any of {', '.join(devices)}")
+
+
+def _in_place_options(grouping: _Grouping, rec: _NodeRecord, values: _Values, unit: int
+                      ) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
+    """The outputs of a one-op node that may be written over an activation it reads, as
+    planner.memory.replay writes them when the node is that activation's last reader (same
+    bytes, read under the output's shape only, a scatter's other inputs elsewhere): each
+    output's units with the (value, units) of the storages it may take, each storage offered to
+    one output. With several devices none (views are bytes of their own there)."""
+    graph = grouping.graph
+    if len(rec.ops) != 1 or not grouping.views_share:
+        return ()
+    op = graph.ops[rec.ops[0]]
+    sharing = state_updates(graph)
+    roots = [sharing.view_root(t) for t in op.input_ids]
+    offered: set[int] = set()
+    found = []
+    for y in op.output_ids:
+        output = graph.tensors[y]
+        vid = values.of_tensor.get(y)
+        if vid is None or values.records[vid].kind != "activation":
+            continue
+        options = []
+        for x in sharing.candidates.get(y, ()):
+            root = sharing.view_root(x)
+            value = values.of_tensor.get(root)
+            if value is None or value in offered or values.records[value].kind != "activation":
+                continue
+            same = [k for k, r in enumerate(roots) if r == root]
+            if graph.tensors[root].nbytes != output.nbytes or any(
+                    graph.tensors[op.input_ids[k]].shape != output.shape for k in same) or (
+                    op.op_type in SINGLE_INPUT_IN_PLACE_OPS and len(same) > 1):
+                continue
+            offered.add(value)
+            options.append((value, buffer_bytes(output.nbytes, unit) // unit))
+        if options:
+            found.append((buffer_bytes(output.nbytes, unit) // unit, tuple(options)))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
