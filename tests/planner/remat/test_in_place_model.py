@@ -84,6 +84,7 @@ def test_a_value_read_later_is_not_credited():
     assert solution.status == "INFEASIBLE"  # h and a (then s) live at once: no plan below
 
 
+@pytest.mark.scale
 def test_gpt2_tiny_at_half_its_activations_has_a_model_cpsat_can_use():
     """The budget of bench/remat/budgets.md's row: persistent bytes plus half of the rest of
     the keep-everything peak an ample budget gets (the graph without the late copies)."""
