@@ -141,7 +141,7 @@ def stage_peak(problem: RematProblem, device: str, t: int, positions: Sequence[i
             drops[last] = drops.get(last, 0) + gone * p.values[v].size
             lasts[v] = last
     tiny = p.options.tiny_units if len(p.devices) == 1 and not actual else -1
-    credit = _in_place_credits(p, computed, present, kept, lasts)
+    credit = _credited_units(p, computed, present, kept, lasts)
     peak = 0
     pending = sorted(drops.items())
     i = 0
@@ -168,8 +168,8 @@ def stage_peak(problem: RematProblem, device: str, t: int, positions: Sequence[i
     return peak
 
 
-def _in_place_credits(p: RematProblem, computed: set[int], present: dict[int, int],
-                      kept: set[int], lasts: dict[int, int]) -> dict[int, int]:
+def _credited_units(p: RematProblem, computed: set[int], present: dict[int, int],
+                    kept: set[int], lasts: dict[int, int]) -> dict[int, int]:
     """Units each computed node's in-place outputs do not add (constraints: the in-place
     credit): the dropped values it may overwrite whose last reader it is, each output at most
     its own units."""
