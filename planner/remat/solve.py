@@ -102,22 +102,35 @@ def solve_problem(
         status: SolverStatus = "FEASIBLE" if best is not None else "UNKNOWN"
         return ProblemSolution(best, best_eval, status, None, best_name or "none",
                                time.perf_counter() - started, stats, tuple(notes))
+    build_seconds = time.perf_counter() - started
     if best is None:
         # No heuristic fits: push the peak down from keep-everything until it fits (CP-SAT
-        # stops as soon as it does: the peak variable cannot go below the budget).
-        share = max(0.1, (time_limit - (time.perf_counter() - started)) * REMAT_SHARES.repair)
-        repaired = _repair(problem, budget_units, memory, share, workers, seed)
-        stats["repair"] = repaired[1]
-        if repaired[0] is not None:
-            best_name, best = "repair", repaired[0]
-            best_eval = evaluate(problem, best)
+        # stops as soon as it does: the peak variable cannot go below the budget). Its model is
+        # as large as the one just built: without the time to build it, no repair (UNet-small
+        # with 0.2 s left: the two models took 3.0 s to build, CP-SAT 2.0 s more at 0.1 s each).
+        left = time_limit - (time.perf_counter() - started)
+        if left < 2 * build_seconds:
+            notes.append(f"no repair: {max(0.0, left):.2f} s left, its model takes about "
+                         f"{build_seconds:.2f} s to build")
         else:
-            notes.append(f"no schedule within the budget found by repair ({repaired[1]})")
+            repaired = _repair(problem, budget_units, memory, left * REMAT_SHARES.repair,
+                               workers, seed)
+            stats["repair"] = repaired[1]
+            if repaired[0] is not None:
+                best_name, best = "repair", repaired[0]
+                best_eval = evaluate(problem, best)
+            else:
+                notes.append(f"no schedule within the budget found by repair ({repaired[1]})")
     values = hint_for(model, best) if best is not None else None
     if best is not None and values is None:
         notes.append(f"the {best_name} schedule is not expressible in the model; no hint")
-    remaining = max(0.1, time_limit - (time.perf_counter() - started))
-    result = solve_cpsat(model.lm, time_limit=remaining, workers=workers, seed=seed,
+    remaining = time_limit - (time.perf_counter() - started)
+    if remaining <= 0:
+        notes.append("no time left for CP-SAT after building its model")
+        status = "FEASIBLE" if best is not None else "UNKNOWN"
+        return ProblemSolution(best, best_eval, status, None, best_name or "none",
+                               time.perf_counter() - started, stats, tuple(notes))
+    result = solve_cpsat(model.lm, time_limit=max(0.1, remaining), workers=workers, seed=seed,
                          hint=values)
     stats["cpsat_status"] = result.status
     stats["cpsat_seconds"] = round(result.seconds, 3)
