@@ -49,56 +49,77 @@ class MinBudget:
 def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
                time_limit: float = 60.0,
                workers: int = 1, seed: int = 0, alignment: int = 64,
-               plan: Callable[[Graph, PlanRequest], Plan] | None = None) -> MinBudget:
-    """See the module doc. Time (planner.time_budget.MinBudgetShares): a tenth for keeping
-    everything, up to a fifth for CP-SAT's min-peak model, the bisection until 60% of it, the
-    rest for confirming plans (the first confirmation runs even when the bisection has used it
-    all: no answer is worse; the next ones get what is left)."""
-    started = time.perf_counter()
+               plan: Callable[[Graph, PlanRequest], Plan] | None = None,
+               started: float | None = None) -> MinBudget:
+    """See the module doc. Time (planner.time_budget.MinBudgetShares), shares of what is left
+    of `time_limit` when this call starts (`started`: when the query's clock started,
+    perf_counter, if before this call: the CLI's reading of the model counts): without
+    `profile`, measuring one (cached) within its share, ops not measured by then estimated; a
+    tenth for keeping everything, up to a fifth for CP-SAT's min-peak model, the bisection until
+    60% of it, the rest for confirming plans (the first confirmation runs even when the
+    bisection has used it all: no answer is worse; the next ones get what is left). Every plan
+    it makes is priced with that one profile."""
+    entered = time.perf_counter()
+    started = entered if started is None else started
+    deadline = started + time_limit
+    usable = max(0.0, deadline - entered)
+
+    def since_entered() -> float:
+        return time.perf_counter() - entered
+
     plan = plan or (lambda g, r: plan_graph(g, r))
     lower = order_lower_bound(graph)
     base = PlanRequest(budgets={device: 1 << 50},
-                       time_limit_s=max(SHARES.keep_all_floor_s, time_limit * SHARES.keep_all),
+                       time_limit_s=max(SHARES.keep_all_floor_s, usable * SHARES.keep_all),
                        workers=workers, seed=seed, alignment=alignment, profile=profile,
                        graph_optimization=graph.optimized.level if graph.optimized else "disable")
+    # Measured once, within its share: unbounded, GPT-2-small's first query (empty profile
+    # cache) spent 53 s profiling at --time-limit 10, then answered the keep-everything arena.
+    profile = profile or profile_for(graph, base, lambda *_: None,
+                                     time_limit_s=usable * SHARES.profile)
+    base = base.model_copy(update={"profile": profile})
     keep_all = plan(graph, base)
     keep_arena = keep_all.devices[0].arena_bytes
-    order = optimize_order(graph, time_limit=max(1.0, time_limit * SHARES.order),
+    order = optimize_order(graph, time_limit=max(1.0, usable * SHARES.order),
                            workers=workers, seed=seed)
-    profile = profile or profile_for(graph, base, lambda *_: None)
-    base = base.model_copy(update={"profile": profile})
     costs = costs_from_profile(profile, graph, [device])
     upper = keep_arena
     if len(graph.ops) <= MIN_PEAK_MODEL_OPS:
         peak = smallest_peak(graph, order.order, device, costs,
-                             time_limit=time_limit * SHARES.min_peak,
+                             time_limit=usable * SHARES.min_peak,
                              workers=workers, seed=seed, memory_unit=alignment,
                              hint_budget=keep_arena)
         if peak.peak_bytes is not None:
             upper = min(upper, peak.peak_bytes)
     least = least_peak(graph, order.order, device, costs, lower, upper,
                        memory_unit=alignment, other_orders=order.alternatives,
-                       time_limit=max(0.0, SHARES.bisection_until * time_limit
-                                      - (time.perf_counter() - started)))
+                       time_limit=max(0.0, SHARES.bisection_until * usable - since_entered()))
     # The full planner confirms, from the least peak any probe replayed (with a solver and more
-    # time it may meet one the probes' runs replayed past their targets); a refusal names the
-    # next budget (at most 3% up).
+    # time it may meet one the probes' runs replayed past their targets), then the peak of the
+    # bisection's schedule (kept for the planner, planner.remat.remembered: it lays that out
+    # when its own search finds nothing) or a smaller budget a refusal names as met, then at
+    # most 3% up. Aiming a second time between the two cost UNet-small at 10 s its answer: two
+    # confirmations found nothing, and the query answered the keep-everything arena.
+    known = max(lower, least.budget)
     budget = max(lower, min(least.budget, least.replayed or least.budget))
     best = keep_all
     for attempt in range(6):
-        left = time_limit - (time.perf_counter() - started)
+        left = deadline - time.perf_counter()
         if budget >= keep_arena or (attempt and left <= 0):
             break
         # the first confirmation runs whatever the bisection left; the others within the limit
-        limit_s = max(SHARES.confirm_at_least * time_limit, left / 2) if not attempt else left
+        limit_s = max(SHARES.confirm_at_least * usable, left / 2) if not attempt else left
         request = base.model_copy(update={"budgets": {device: budget}, "time_limit_s": limit_s})
         try:
             best = plan(graph, request)
             break
         except InfeasibleError as exc:
-            nxt = exc.smallest_feasible if exc.smallest_feasible and not exc.is_lower_bound \
-                else budget
-            budget = max(budget + alignment, min(nxt, int(budget * 1.03)))
+            met = exc.smallest_feasible if exc.smallest_feasible and not exc.is_lower_bound \
+                else None
+            if budget < known:
+                budget = min(known, met or known)
+            else:
+                budget = max(budget + alignment, min(met or budget, int(budget * 1.03)))
     return MinBudget(device, lower, best.devices[0].arena_bytes, keep_arena, best,
                      time.perf_counter() - started)
 

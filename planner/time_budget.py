@@ -82,11 +82,13 @@ class RematShares:
 
 @dataclass(frozen=True)
 class MinBudgetShares:
-    """Shares of a min-budget query's time limit (planner.queries.min_budget): a tenth for
+    """Shares of a min-budget query's time limit (planner.queries.min_budget): measuring a
+    profile when none is given, at most `profile` of it (the pipeline's share); a tenth for
     keeping everything, a twentieth for the order, up to a fifth for CP-SAT's min-peak model, the
     bisection until 60% of it (planner.remat.smallest shares that out between its probes), the
     rest for confirming plans, each at least a fifth of the limit."""
 
+    profile: float = 0.3
     keep_all: float = 0.1
     order: float = 0.05
     min_peak: float = 0.2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from arenaplan.cli.common import EXIT_OK
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
     profile = read_profile(args.profile) if args.profile else None
+    started = time.perf_counter()  # reading the graph counts against the limit, as in plan
     if args.graph_json:
         from planner.ir.graph_json import read_graph_json
 
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         graph = load_graph(Path(args.model), dims=dict(args.dims),
                            optimization=args.graph_optimization, devices=[args.device])
     result = min_budget(graph, args.device, profile=profile, time_limit=args.time_limit,
-                        workers=args.workers, seed=args.seed)
+                        workers=args.workers, seed=args.seed, started=started)
     if args.output:
         Path(args.output).write_text(result.plan.model_dump_json(indent=1))
     if args.json:

@@ -10,7 +10,7 @@ import pytest
 from planner.errors import InfeasibleError
 from planner.ir.graph import load_graph
 from planner.memory.liveness import order_lower_bound
-from planner.pipeline import plan_model
+from planner.pipeline import plan_graph, plan_model
 from planner.plan.validate import validate_plan
 from planner.queries import min_budget
 from schemas.plan import ComputeStep, PlanRequest
@@ -68,10 +68,20 @@ def test_cnn_at_85_percent_recomputes_and_validates():
 
 def test_mlp_minimum_budget_plan_validates():
     graph = load_graph(model_path("mlp_sgd"))
-    result = min_budget(graph, "cpu", time_limit=10, workers=2)
+    asked: list[PlanRequest] = []
+
+    def plan(g, request):
+        asked.append(request)
+        return plan_graph(g, request)
+
+    result = min_budget(graph, "cpu", time_limit=10, workers=2, plan=plan)
     assert result.lower_bound <= result.achieved <= result.keep_all_arena
     report = validate_plan(graph, result.plan)
     assert report.ok and result.plan.devices[0].arena_bytes <= result.achieved
+    # One profile, measured within the query's time, prices every plan it makes (the
+    # keep-everything plan used to measure its own, and the query another without a limit).
+    assert len(asked) >= 2 and asked[0].profile is not None
+    assert all(request.profile is asked[0].profile for request in asked)
 
 
 @pytest.mark.scale
