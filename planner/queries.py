@@ -9,7 +9,8 @@
   solver); the full planner then confirms it, a little higher when the layout's fragmentation
   needs it.
 - `max_batch`: the largest value of a symbolic dim (the batch) whose plan fits the budgets, by
-  doubling then bisection over `plan_model` with that dim bound (CalcGraph's search).
+  doubling then bisection over `plan_model` with that dim bound (CalcGraph's search), within the
+  request's time limit in all.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from planner.profile.costs import costs_from_profile
 from planner.profile.for_request import profile_for
 from planner.remat.rematerialize import smallest_peak
 from planner.remat.smallest import least_peak
+from planner.time_budget import MAX_BATCH_PROBE_SHARE, TimeBudget
 from planner.time_budget import MIN_BUDGET_SHARES as SHARES
 from schemas.plan import Plan, PlanRequest
 from schemas.profile import Profile
@@ -132,9 +134,10 @@ MIN_PEAK_MODEL_OPS = 300
 @dataclass(frozen=True)
 class MaxBatch:
     dim: str
-    value: int  # largest feasible value (0: not even 1 fits)
+    value: int  # largest feasible value found (0: not even 1 fits)
     tried: dict[int, bool]
     plan: Plan | None
+    complete: bool = True  # False: the time ran out first (a larger value may fit)
 
 
 def symbolic_dims(model: str | Path | bytes) -> set[str]:
@@ -149,18 +152,32 @@ def symbolic_dims(model: str | Path | bytes) -> set[str]:
 
 def max_batch(model: str | Path | bytes, request: PlanRequest, dim: str = "batch", *,
               limit: int = 1 << 16,
-              plan: Callable[[str | Path | bytes, PlanRequest], Plan] | None = None) -> MaxBatch:
-    """Largest `dim` in [1, limit] whose plan fits `request.budgets`: doubling, then bisection."""
+              plan: Callable[[str | Path | bytes, PlanRequest], Plan] | None = None,
+              started: float | None = None) -> MaxBatch:
+    """Largest `dim` in [1, limit] whose plan fits `request.budgets`: doubling, then bisection,
+    all within `request.time_limit_s` from `started` (perf_counter; now by default). Each probe
+    is a whole request (loading, profiling the new shapes, planning) given
+    MAX_BATCH_PROBE_SHARE of the time left, at least a phase's floor (TimeBudget); once the time
+    is spent no probe starts after the first, and the answer is the largest value that fit so
+    far (`complete` False). Each probe used to get the whole limit: a search of 15 probes took
+    15 times it."""
     if dim not in symbolic_dims(model):
         raise InvalidInputError(f"the model has no symbolic dim '{dim}' to search over; name "
                                 "one with --dim-name (its inputs' shapes give the names)")
     plan = plan or plan_model
+    clock = TimeBudget(request.time_limit_s,
+                       started=time.perf_counter() if started is None else started)
     tried: dict[int, bool] = {}
     plans: dict[int, Plan] = {}
 
-    def fits(value: int) -> bool:
+    def fits(value: int) -> bool | None:
+        """Whether a plan fits at `value`; None when the time is spent (none tried)."""
         if value not in tried:
-            request_b = replace_dims(request, dim, value)
+            if tried and clock.spent():
+                return None
+            left = clock.usable() - clock.elapsed()
+            request_b = replace_dims(request, dim, value).model_copy(
+                update={"time_limit_s": max(clock.floor(), MAX_BATCH_PROBE_SHARE * left)})
             try:
                 plans[value] = plan(model, request_b)
                 tried[value] = True
@@ -175,7 +192,10 @@ def max_batch(model: str | Path | bytes, request: PlanRequest, dim: str = "batch
         nxt = good * 2
         if nxt > limit:
             break
-        if fits(nxt):
+        found = fits(nxt)
+        if found is None:
+            return MaxBatch(dim, good, tried, plans[good], complete=False)
+        if found:
             good = nxt
         else:
             bad = nxt
@@ -183,7 +203,10 @@ def max_batch(model: str | Path | bytes, request: PlanRequest, dim: str = "batch
         return MaxBatch(dim, good, tried, plans[good])
     while bad - good > 1:
         mid = (good + bad) // 2
-        if fits(mid):
+        found = fits(mid)
+        if found is None:
+            return MaxBatch(dim, good, tried, plans[good], complete=False)
+        if found:
             good = mid
         else:
             bad = mid

@@ -97,6 +97,11 @@ class MinBudgetShares:
     keep_all_floor_s: float = 2.0
 
 
+# The share of a max-batch query's time left that each of its probes (a whole plan request at
+# one value of the dim) gets (planner.queries.max_batch): the first a third of the limit, the
+# next a third of the rest, and so on, so that the probes fit the limit however many follow.
+MAX_BATCH_PROBE_SHARE = 1 / 3
+
 PIPELINE_SHARES = PipelineShares()
 REMAT_SHARES = RematShares()
 MIN_BUDGET_SHARES = MinBudgetShares()

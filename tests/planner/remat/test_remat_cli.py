@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pytest
 
@@ -12,7 +13,8 @@ from planner.ir.graph import load_graph, load_plan_graph
 from planner.ir.graph_json import read_graph_json
 from planner.memory.liveness import order_lower_bound
 from planner.plan.validate import validate_plan
-from schemas.plan import Plan
+from planner.queries import max_batch
+from schemas.plan import Plan, PlanRequest
 from tests.support.chains import chain_json
 from tests.support.fixture_zoo import model_path
 from tests.support.onnx_builders import tiny_momentum_step
@@ -101,9 +103,10 @@ def test_min_budget_reports_lower_bound_and_achieved(capsys):
 def test_max_batch_doubles_then_bisects_on_a_symbolic_batch(tmp_path, capsys):
     model = tmp_path / "momentum.onnx"
     model.write_bytes(tiny_momentum_step(batch="batch").SerializeToString())
-    args = ["max-batch", str(model), "--budget", "cpu=8KiB", "--time-limit", "4", "--json"]
+    args = ["max-batch", str(model), "--budget", "cpu=8KiB", "--time-limit", "30", "--json"]
     assert main(args) == 0
     found = json.loads(capsys.readouterr().out)
+    assert found["complete"] is True
     best = found["max"]
     assert best >= 1 and found["tried"][str(best)] is True
     assert found["tried"].get(str(best + 1)) is False
@@ -112,3 +115,14 @@ def test_max_batch_doubles_then_bisects_on_a_symbolic_batch(tmp_path, capsys):
     assert main([*plan_args, "--dim", f"batch={best}"]) == 0
     assert main([*plan_args, "--dim", f"batch={best + 1}"]) == 3
     assert main(["max-batch", str(model), "--budget", "cpu=8KiB", "--dim-name", "seq"]) == 2
+
+
+def test_max_batch_stops_when_its_time_is_spent(tmp_path):
+    """The time limit bounds the whole search: with it spent before the search starts, only
+    the first value is planned, and the answer says the search is incomplete."""
+    model = tmp_path / "momentum.onnx"
+    model.write_bytes(tiny_momentum_step(batch="batch").SerializeToString())
+    request = PlanRequest(budgets={"cpu": 8 << 10}, time_limit_s=4)
+    result = max_batch(model, request, started=time.perf_counter() - 4)
+    assert result.tried == {1: True} and result.value == 1 and not result.complete
+    assert result.plan is not None
