@@ -105,10 +105,20 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
     known = max(lower, least.budget)
     budget = max(lower, min(least.budget, least.replayed or least.budget))
     best = keep_all
+    met: int | None = None  # the least budget a refusal named as met (a plan it laid out)
+    last_try = False
     for attempt in range(6):
         left = deadline - time.perf_counter()
-        if budget >= keep_arena or (attempt and left <= 0):
+        if budget >= keep_arena:
             break
+        if attempt and left <= 0:
+            if last_try or met is None or met >= keep_arena:
+                break
+            # Out of time after refusals: the budget one named is met by the schedule it laid
+            # out (kept, planner.remat.remembered), not the keep-everything arena (UNet-Adam as
+            # sent: 57.0 MB named twice, 151.4 MB answered). One last request, at a phase's
+            # floor.
+            budget, left, last_try = met, TimeBudget(time_limit).floor(), True
         # the first confirmation runs whatever the bisection left; the others within the limit
         limit_s = max(SHARES.confirm_at_least * usable, left / 2) if not attempt else left
         request = base.model_copy(update={"budgets": {device: budget}, "time_limit_s": limit_s})
@@ -116,12 +126,14 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
             best = plan(graph, request)
             break
         except InfeasibleError as exc:
-            met = exc.smallest_feasible if exc.smallest_feasible and not exc.is_lower_bound \
+            named = exc.smallest_feasible if exc.smallest_feasible and not exc.is_lower_bound \
                 else None
+            if named is not None:
+                met = named if met is None else min(met, named)
             if budget < known:
-                budget = min(known, met or known)
+                budget = min(known, named or known)
             else:
-                budget = max(budget + alignment, min(met or budget, int(budget * 1.03)))
+                budget = max(budget + alignment, min(named or budget, int(budget * 1.03)))
     return MinBudget(device, lower, best.devices[0].arena_bytes, keep_arena, best,
                      time.perf_counter() - started)
 
