@@ -62,9 +62,8 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
     bisection has used it all: no answer is worse; the next ones get what is left). Every plan
     it makes is priced with that one profile."""
     entered = time.perf_counter()
-    started = entered if started is None else started
-    deadline = started + time_limit
-    usable = max(0.0, deadline - entered)
+    clock = TimeBudget(time_limit, started=entered if started is None else started)
+    usable = max(0.0, time_limit - clock.elapsed())
 
     def since_entered() -> float:
         return time.perf_counter() - entered
@@ -108,7 +107,7 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
     met: int | None = None  # the least budget a refusal named as met (a plan it laid out)
     last_try = False
     for attempt in range(6):
-        left = deadline - time.perf_counter()
+        left = time_limit - clock.elapsed()
         if budget >= keep_arena:
             break
         if attempt and left <= 0:
@@ -118,7 +117,7 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
             # out (kept, planner.remat.remembered), not the keep-everything arena (UNet-Adam as
             # sent: 57.0 MB named twice, 151.4 MB answered). One last request, at a phase's
             # floor.
-            budget, left, last_try = met, TimeBudget(time_limit).floor(), True
+            budget, left, last_try = met, clock.floor(), True
         # the first confirmation runs whatever the bisection left; the others within the limit
         limit_s = max(SHARES.confirm_at_least * usable, left / 2) if not attempt else left
         request = base.model_copy(update={"budgets": {device: budget}, "time_limit_s": limit_s})
@@ -135,7 +134,7 @@ def min_budget(graph: Graph, device: str, *, profile: Profile | None = None,
             else:
                 budget = max(budget + alignment, min(named or budget, int(budget * 1.03)))
     return MinBudget(device, lower, best.devices[0].arena_bytes, keep_arena, best,
-                     time.perf_counter() - started)
+                     clock.elapsed())
 
 
 # Graphs up to this many ops also try CP-SAT's min-peak model (beyond it, it finds nothing the
